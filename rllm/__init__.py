@@ -1,0 +1,2 @@
+"""rllm: train LLM agents with reinforcement learning."""
+__version__ = "0.1.0"

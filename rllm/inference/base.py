@@ -1,0 +1,60 @@
+"""What every inference engine offers: token-faithful sampling with per-token logprobs."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class SamplingParams(BaseModel):
+    """Sampling settings for one request. ``top_k=0`` and ``top_p=1.0`` switch those filters off;
+    ``temperature=0`` is greedy. ``logprobs`` reported are under ``logits / temperature`` before top-k/top-p
+    filtering (the distribution the trainer recomputes), or the raw logits when greedy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    max_tokens: int = Field(256, ge=1)
+    stop: list[str] = Field(default_factory=list)
+    n: int = Field(1, ge=1)
+    seed: int | None = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        return [v] if isinstance(v, str) else v
+
+
+class Completion(BaseModel):
+    """One sampled continuation. ``completion_ids`` are exactly the sampled tokens (including the eos
+    token when the model stopped on it); ``logprobs`` has one value per completion token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" (eos or stop string) | "length" (hit max_tokens)
+    weight_version: int = 0
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """An engine that samples from the current policy. Implementations: the local PyTorch engine,
+    and (through the gateway) vLLM / SGLang / OpenAI-compatible servers."""
+
+    weight_version: int
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        """Sample ``params.n`` continuations of ``prompt_ids``."""
+        ...
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+        """Render chat messages to prompt token ids, ending with the assistant generation prompt."""
+        ...

@@ -1,0 +1,177 @@
+"""The data model every part of rllm reads and writes.
+
+An **Episode** is one attempt at one task. It holds one or more **Trajectories**, one per role
+(``"solver"``, ``"judge"``, or ``"default"`` for a single-agent flow). A trajectory is the ordered list
+of **Steps** that role took; a step is one LLM call with the exact token ids the inference engine saw and
+produced and the logprob it reported for each produced token. The workflow engine creates episodes; the
+transform pipeline turns them into a **TrainBatch**; the training backend consumes that batch and
+discards it after the optimizer step.
+
+Token in, token out: training uses ``prompt_ids`` / ``response_ids`` as sampled, never re-tokenized text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class TerminationReason(str, Enum):
+    """Why an episode ended. Every episode has one; failed episodes are kept, never dropped."""
+
+    ENV_DONE = "env_done"  # the task/environment said it is finished (the normal case)
+    MAX_TURNS = "max_turns"  # a multi-turn flow hit its turn limit
+    MAX_RESPONSE_LENGTH = "max_response_length"  # a response was cut at max_tokens
+    TIMEOUT = "timeout"  # the episode exceeded its wall-clock budget
+    ERROR = "error"  # the flow raised; see Episode.error
+
+
+class Step(BaseModel):
+    """One LLM call: what the model was shown (``prompt_ids``) and what it produced.
+
+    ``response_mask`` marks which response tokens the model generated (1) versus tokens that were spliced
+    in by the environment in a merged multi-turn sequence (0); only masked-in tokens are trained on.
+    ``logprobs`` has one entry per response token: the log-probability the sampler assigned to it
+    (0.0 for masked-out tokens).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    response_mask: list[int] | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    response_text: str = ""
+    finish_reason: str | None = None  # "stop" | "length" | ...
+    reward: float = 0.0
+    advantage: float | None = None
+    weight_version: int = 0
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> Step:
+        n = len(self.response_ids)
+        if len(self.logprobs) != n:
+            raise ValueError(
+                f"Step needs one logprob per response token: got {len(self.logprobs)} logprobs for "
+                f"{n} response tokens"
+            )
+        if self.response_mask is None:
+            self.response_mask = [1] * n
+        elif len(self.response_mask) != n:
+            raise ValueError(
+                f"Step.response_mask must match response_ids in length: {len(self.response_mask)} != {n}"
+            )
+        elif any(m not in (0, 1) for m in self.response_mask):
+            raise ValueError("Step.response_mask may hold only 0 and 1")
+        return self
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+class Trajectory(BaseModel):
+    """The steps one role took in an episode, in order. ``reward`` is the role's outcome reward."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "default"
+    steps: list[Step] = Field(default_factory=list)
+    reward: float | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class Episode(BaseModel):
+    """One attempt at one task, created by the workflow engine.
+
+    ``task_id`` groups attempts at the same task for group-relative advantages; ``attempt`` counts
+    retries. A failed episode carries ``termination_reason=ERROR`` (or ``TIMEOUT``) and ``error``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    task_id: str
+    task: dict[str, Any] = Field(default_factory=dict)
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    reward: float | None = None
+    is_correct: bool | None = None
+    termination_reason: TerminationReason = TerminationReason.ENV_DONE
+    error: str | None = None
+    attempt: int = 0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.termination_reason in (TerminationReason.ERROR, TerminationReason.TIMEOUT)
+
+    @property
+    def truncated(self) -> bool:
+        return self.termination_reason == TerminationReason.MAX_RESPONSE_LENGTH or any(
+            s.truncated for t in self.trajectories for s in t.steps
+        )
+
+
+class TrainSequence(BaseModel):
+    """One training row: a full token sequence with per-token loss mask, rollout logprobs and advantages.
+
+    All four lists have the same length as ``input_ids``. Position ``i`` of ``loss_mask``,
+    ``rollout_logprobs`` and ``advantages`` describes the token ``input_ids[i]`` (so prompt positions are
+    masked out). ``group_id`` names the advantage group the row came from (for metrics and GSPO-style
+    sequence losses). ``weight_version`` is the policy version that sampled it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float]
+    advantages: list[float]
+    group_id: str = ""
+    episode_id: str = ""
+    trajectory_name: str = "default"
+    weight_version: int = 0
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> TrainSequence:
+        n = len(self.input_ids)
+        for name in ("loss_mask", "rollout_logprobs", "advantages"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"TrainSequence.{name} must have one entry per token: {len(getattr(self, name))} != {n}"
+                )
+        return self
+
+    @property
+    def num_response_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+class TrainBatch(BaseModel):
+    """What the transform pipeline hands a training backend for one optimizer step.
+
+    Backend-neutral lists of ints/floats (a remote backend can ship it as JSON); the local backend pads
+    them into tensors per micro-batch.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    sequences: list[TrainSequence] = Field(default_factory=list)
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.input_ids) for s in self.sequences)
+
+    @property
+    def num_response_tokens(self) -> int:
+        return sum(s.num_response_tokens for s in self.sequences)
