@@ -1,0 +1,130 @@
+"""Advantage estimators: turn the rewards of each group of attempts into per-trajectory advantages.
+
+A *group* is every trajectory of one role across the attempts at one task (see
+``rllm.algorithms.transforms.group_episodes``). Each estimator is a pure function that takes the rewards of
+all groups of one role, ``rewards_by_group`` (one 1-D float array ``rewards_G`` per group), and returns
+the advantages in the same layout: one scalar advantage per trajectory, which the transform pipeline
+broadcasts to every token the trajectory produced.
+
+Estimators are named in config, so they live in the ``ADVANTAGE_ESTIMATORS`` registry; look one up with
+``get_advantage_estimator(name)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+import numpy as np
+
+AdvantageEstimator = Callable[..., list[np.ndarray]]
+
+
+def _as_float_arrays(rewards_by_group: list[np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(rewards_G, dtype=np.float64).reshape(-1) for rewards_G in rewards_by_group]
+
+
+def grpo(rewards_by_group: list[np.ndarray], *, norm_std: bool = True, eps: float = 1e-6) -> list[np.ndarray]:
+    """Group-relative advantages (GRPO, Shao et al. 2024).
+
+        A_i = (r_i - mean_G(r)) / (std_G(r) + eps)     if norm_std
+        A_i =  r_i - mean_G(r)                          otherwise
+
+    ``std_G`` is the population standard deviation (ddof=0) of the group's rewards. A group of size 1 has
+    no baseline to compare against and gets advantage 0.
+    """
+    advantages_by_group = []
+    for rewards_G in _as_float_arrays(rewards_by_group):
+        if rewards_G.size <= 1:
+            advantages_by_group.append(np.zeros_like(rewards_G))
+            continue
+        advantages_G = rewards_G - rewards_G.mean()
+        if norm_std:
+            advantages_G = advantages_G / (rewards_G.std(ddof=0) + eps)
+        advantages_by_group.append(advantages_G)
+    return advantages_by_group
+
+
+def dr_grpo(rewards_by_group: list[np.ndarray]) -> list[np.ndarray]:
+    """Dr. GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-like training"): GRPO without the std.
+
+        A_i = r_i - mean_G(r)
+
+    Dr. GRPO's other half, dropping the per-sequence length normalisation, is a loss-aggregation choice,
+    not an advantage one: pair this with ``LossConfig(agg="seq-mean-token-sum-norm")``.
+    A group of size 1 gets advantage 0.
+    """
+    return grpo(rewards_by_group, norm_std=False)
+
+
+def rloo(rewards_by_group: list[np.ndarray]) -> list[np.ndarray]:
+    """REINFORCE leave-one-out (Ahmadian et al. 2024): each attempt's baseline is the mean of the others.
+
+        A_i = r_i - 1/(G-1) * sum_{j != i} r_j  =  G/(G-1) * (r_i - mean_G(r))
+
+    A group of size 1 has no other attempt to use as a baseline and gets advantage 0.
+    """
+    advantages_by_group = []
+    for rewards_G in _as_float_arrays(rewards_by_group):
+        group_size = rewards_G.size
+        if group_size <= 1:
+            advantages_by_group.append(np.zeros_like(rewards_G))
+            continue
+        advantages_by_group.append(group_size / (group_size - 1) * (rewards_G - rewards_G.mean()))
+    return advantages_by_group
+
+
+def reinforce(rewards_by_group: list[np.ndarray]) -> list[np.ndarray]:
+    """Plain REINFORCE: the raw reward, no baseline.
+
+    A_i = r_i
+    """
+    return [rewards_G.copy() for rewards_G in _as_float_arrays(rewards_by_group)]
+
+
+def reinforce_pp(rewards_by_group: list[np.ndarray], *, eps: float = 1e-6) -> list[np.ndarray]:
+    """REINFORCE++ with a group baseline (Hu 2025; verl's ``reinforce_plus_plus_baseline``).
+
+    Subtract each group's mean, then whiten across the whole batch (every group passed in together):
+
+        a_i = r_i - mean_G(r)
+        A_i = (a_i - mean_batch(a)) / (std_batch(a) + eps)
+
+    ``std_batch`` is the population standard deviation (ddof=0) over all trajectories of all groups.
+    Unlike verl, which whitens over tokens (so long responses weigh more), this whitens over trajectories,
+    since advantages here are one scalar per trajectory; and a group of size 1 is centred to 0 like any
+    other group (verl keeps a singleton's raw reward).
+    """
+    centred_by_group = [
+        rewards_G - rewards_G.mean() if rewards_G.size else rewards_G
+        for rewards_G in _as_float_arrays(rewards_by_group)
+    ]
+    if not centred_by_group:
+        return []
+    centred_N = np.concatenate(centred_by_group)
+    if centred_N.size == 0:
+        return centred_by_group
+    mean, std = centred_N.mean(), centred_N.std(ddof=0)
+    return [(centred_G - mean) / (std + eps) for centred_G in centred_by_group]
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "rloo": rloo,
+    "reinforce": reinforce,
+    "reinforce_pp": reinforce_pp,
+}
+
+
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    """Look up an estimator by its config name; the error lists the valid names and the nearest match."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        choices = sorted(ADVANTAGE_ESTIMATORS)
+        close = difflib.get_close_matches(str(name), choices, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"Unknown advantage estimator {name!r}.{hint} Choose one of: {', '.join(choices)}."
+        ) from None

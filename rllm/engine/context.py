@@ -1,0 +1,80 @@
+"""What a workflow sees while it runs one episode: a way to call the model that records every call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rllm.inference.base import Completion, InferenceEngine, SamplingParams
+from rllm.types import Step, TerminationReason, Trajectory
+
+
+class Outcome(BaseModel):
+    """What a workflow returns for an episode: its reward and how it ended.
+
+    ``trajectory_rewards`` gives a role its own reward (e.g. ``{"solver": 1.0, "judge": 0.0}``); roles
+    not named there get ``reward``. ``metrics`` are averaged into the training step's metrics.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float = 0.0
+    is_correct: bool | None = None
+    trajectory_rewards: dict[str, float] = Field(default_factory=dict)
+    termination_reason: TerminationReason = TerminationReason.ENV_DONE
+    metrics: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class RolloutContext:
+    """Handed to a workflow for one episode. ``chat``/``complete`` sample from the current policy and
+    append a :class:`Step` to the named trajectory; the workflow engine builds the Episode from them."""
+
+    def __init__(self, engine: InferenceEngine, sampling: SamplingParams, *, episode_id: str, task_id: str):
+        self.engine = engine
+        self.sampling = sampling
+        self.episode_id = episode_id
+        self.task_id = task_id
+        self.trajectories: dict[str, Trajectory] = {}
+        self._calls = 0
+
+    def params(self, **overrides: Any) -> SamplingParams:
+        """This call's sampling params; a seeded episode gets a distinct, reproducible seed per call."""
+        if self.sampling.seed is not None and "seed" not in overrides:
+            overrides["seed"] = self.sampling.seed + 7919 * self._calls
+        self._calls += 1
+        return self.sampling.model_copy(update=overrides) if overrides else self.sampling
+
+    async def complete(
+        self, prompt_ids: list[int], *, trajectory: str = "default", messages: list[dict] | None = None,
+        **overrides: Any,
+    ) -> Completion:
+        """Sample one continuation of ``prompt_ids`` and record it as a step."""
+        params = self.params(**overrides)
+        if params.n != 1:
+            raise ValueError("RolloutContext samples one completion per call; use group_size for n > 1")
+        completion = (await self.engine.generate(prompt_ids, params))[0]
+        self.record(completion, trajectory=trajectory, messages=messages or [])
+        return completion
+
+    async def chat(
+        self, messages: list[dict[str, Any]], *, trajectory: str = "default", tools: list[dict] | None = None,
+        **overrides: Any,
+    ) -> Completion:
+        """Render ``messages`` with the model's chat template, sample a reply, record it as a step."""
+        prompt_ids = self.engine.apply_chat_template(messages, tools=tools)
+        return await self.complete(prompt_ids, trajectory=trajectory, messages=messages, **overrides)
+
+    def record(self, completion: Completion, *, trajectory: str = "default", messages: list[dict]) -> Step:
+        step = Step(
+            prompt_ids=completion.prompt_ids,
+            response_ids=completion.completion_ids,
+            logprobs=completion.logprobs,
+            messages=list(messages),
+            response_text=completion.text,
+            finish_reason=completion.finish_reason,
+            weight_version=completion.weight_version,
+        )
+        self.trajectories.setdefault(trajectory, Trajectory(name=trajectory)).steps.append(step)
+        return step

@@ -1,0 +1,155 @@
+"""Runs many agent episodes concurrently and turns each into an :class:`Episode`.
+
+A *workflow* is any async callable ``workflow(task, ctx) -> Outcome | float | bool`` that talks to the
+model through ``ctx`` (a :class:`RolloutContext`). The engine runs ``group_size`` episodes per task, at
+most ``max_concurrency`` at a time, each under a wall-clock timeout, retrying failed ones up to
+``retries`` times. An episode that still fails is kept with its termination reason and error: the
+caller decides (through filters) what to train on, and nothing disappears from the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from rllm.engine.context import Outcome, RolloutContext
+from rllm.inference.base import InferenceEngine, SamplingParams
+from rllm.types import Episode, TerminationReason
+
+logger = logging.getLogger(__name__)
+
+Workflow = Callable[[dict[str, Any], RolloutContext], Awaitable["Outcome | float | bool | None"]]
+
+
+def task_id_of(task: dict[str, Any]) -> str:
+    """A task's id: its ``task_id``/``id`` field, else a stable hash of its content."""
+    for key in ("task_id", "id"):
+        if key in task:
+            return str(task[key])
+    return hashlib.sha1(json.dumps(task, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _as_outcome(result: Outcome | float | bool | None) -> Outcome:
+    if isinstance(result, Outcome):
+        return result
+    if result is None:
+        return Outcome()
+    if isinstance(result, bool):
+        return Outcome(reward=float(result), is_correct=result)
+    if isinstance(result, (int, float)):
+        return Outcome(reward=float(result))
+    raise TypeError(f"a workflow must return an Outcome, a float or a bool, not {type(result).__name__}")
+
+
+class WorkflowEngine:
+    """Runs a workflow over tasks, ``group_size`` attempts per task, many at once."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        engine: InferenceEngine,
+        sampling: SamplingParams,
+        *,
+        max_concurrency: int = 256,
+        timeout_s: float | None = None,
+        retries: int = 0,
+        show_progress: bool = True,
+    ) -> None:
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        self.workflow = workflow
+        self.engine = engine
+        self.sampling = sampling
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.show_progress = show_progress
+
+    async def run_episode(self, task: dict[str, Any], *, sampling: SamplingParams | None = None) -> Episode:
+        """Run one episode, retrying on error/timeout; always returns an Episode."""
+        episode = None
+        params = sampling or self.sampling
+        for attempt in range(self.retries + 1):
+            if attempt and params.seed is not None:
+                params = params.model_copy(update={"seed": params.seed + 1})
+            episode = await self._attempt(task, attempt, params)
+            if not episode.failed:
+                return episode
+            logger.warning(
+                "episode for task %s failed (attempt %d/%d): %s",
+                episode.task_id, attempt + 1, self.retries + 1, episode.termination_reason.value,
+            )
+        assert episode is not None
+        return episode
+
+    async def _attempt(self, task: dict[str, Any], attempt: int, sampling: SamplingParams) -> Episode:
+        episode = Episode(task_id=task_id_of(task), task=task, attempt=attempt)
+        ctx = RolloutContext(self.engine, sampling, episode_id=episode.id, task_id=episode.task_id)
+        t0 = time.perf_counter()
+        try:
+            result = await asyncio.wait_for(self.workflow(task, ctx), timeout=self.timeout_s)
+            outcome = _as_outcome(result)
+        except asyncio.TimeoutError:
+            outcome = Outcome(termination_reason=TerminationReason.TIMEOUT)
+            episode.error = f"episode exceeded timeout_s={self.timeout_s}"
+        except Exception as exc:  # the episode fails, the batch goes on
+            outcome = Outcome(termination_reason=TerminationReason.ERROR)
+            episode.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            episode.info["traceback"] = traceback.format_exc()
+        episode.trajectories = list(ctx.trajectories.values())
+        for traj in episode.trajectories:
+            traj.reward = outcome.trajectory_rewards.get(traj.name, outcome.reward)
+            if traj.steps:
+                traj.steps[-1].reward = traj.reward
+        episode.reward = outcome.reward
+        episode.is_correct = outcome.is_correct
+        episode.metrics = dict(outcome.metrics)
+        episode.metrics["episode_time_s"] = time.perf_counter() - t0
+        episode.info.update(outcome.info)
+        reason = outcome.termination_reason
+        if reason == TerminationReason.ENV_DONE and any(s.truncated for t in episode.trajectories for s in t.steps):
+            reason = TerminationReason.MAX_RESPONSE_LENGTH
+        episode.termination_reason = reason
+        return episode
+
+    async def run_tasks(
+        self,
+        tasks: list[dict[str, Any]],
+        *,
+        group_size: int = 1,
+        sampling: SamplingParams | None = None,
+        description: str = "rollout",
+    ) -> list[Episode]:
+        """Run ``group_size`` episodes for every task; results keep task order, attempts adjacent."""
+        jobs = [task for task in tasks for _ in range(group_size)]
+        base = sampling or self.sampling
+        # A seeded run gives every episode its own reproducible seed (else a group would be n copies).
+        per_job = [
+            base if base.seed is None else base.model_copy(update={"seed": base.seed + 104_729 * j})
+            for j in range(len(jobs))
+        ]
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:.1f} ep/s"), TimeRemainingColumn(),
+            disable=not self.show_progress, transient=True,
+        ) as progress:
+            bar = progress.add_task(description, total=len(jobs), rate=0.0)
+            t0 = time.perf_counter()
+
+            async def one(task: dict[str, Any], params: SamplingParams) -> Episode:
+                async with semaphore:
+                    episode = await self.run_episode(task, sampling=params)
+                done = progress.tasks[bar].completed + 1
+                progress.update(bar, completed=done, rate=done / max(time.perf_counter() - t0, 1e-9))
+                return episode
+
+            return list(await asyncio.gather(*(one(t, p) for t, p in zip(jobs, per_job))))

@@ -1,0 +1,278 @@
+"""The local inference engine: batched sampling from a Hugging Face causal LM with a KV cache.
+
+Concurrent ``generate`` calls (hundreds of in-flight episodes) are queued and a single worker runs
+them together: every pending row joins the next batch, the batch is prefilled once (left-padded), then
+decoded step by step with a shared KV cache; rows that finish are pruned from the cache so the batch
+shrinks instead of computing padding. Requests that arrive while a batch runs join the next one.
+
+The engine owns its own copy of the weights (bf16 where the hardware supports it). After each optimizer
+step the trainer calls :meth:`LocalEngine.load_weights`, which bumps ``weight_version``; every
+completion records the version that produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers.cache_utils import DynamicCache
+
+from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.sampling import sample_tokens
+
+logger = logging.getLogger(__name__)
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` is bf16 where the hardware runs it natively (CUDA with bf16, CPUs with AVX512-BF16/AMX),
+    else float32."""
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+    try:
+        return {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+                "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}: use auto, bfloat16, float16 or float32") from None
+
+
+@dataclass
+class _Row:
+    """One sequence being sampled: a request with n > 1 becomes n rows."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    generator: torch.Generator
+    done: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    out_ids: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    text: str | None = None  # set early only when a stop string cut it
+
+
+class LocalEngine:
+    """Samples from a Hugging Face causal LM in this process; implements ``InferenceEngine``."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: Any,
+        *,
+        max_batch_rows: int = 64,
+        seed: int = 0,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = next(model.parameters()).device
+        self.max_batch_rows = max_batch_rows
+        self.weight_version = 0
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self._seed_rng = torch.Generator().manual_seed(seed)
+        self._pending: list[_Row] = []
+        self._wakeup: asyncio.Event | None = None
+        self._worker: asyncio.Task | None = None
+        self._weights_lock = threading.Lock()
+        self.stats = {"batches": 0, "rows": 0, "generated_tokens": 0, "decode_s": 0.0}
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str, *, device: str = "auto", dtype: str = "auto", **kwargs: Any
+    ) -> LocalEngine:
+        dev = pick_device(device)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, dev)).to(dev)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return cls(model, tokenizer, **kwargs)
+
+    # ------------------------------------------------------------------ public API
+    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+        out = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        if isinstance(out, dict) or hasattr(out, "input_ids"):
+            out = out["input_ids"]
+        return list(out)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        if not prompt_ids:
+            raise ValueError("generate() needs at least one prompt token")
+        loop = asyncio.get_running_loop()
+        rows = []
+        for j in range(params.n):
+            gen = torch.Generator(device=self.device)
+            if params.seed is not None:
+                gen.manual_seed(params.seed + j)
+            else:
+                gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._seed_rng)))
+            rows.append(_Row(list(prompt_ids), params, gen, loop.create_future(), loop))
+        self._pending.extend(rows)
+        self._ensure_worker()
+        await asyncio.gather(*(r.done for r in rows))
+        return [
+            Completion(
+                prompt_ids=r.prompt_ids,
+                completion_ids=r.out_ids,
+                logprobs=r.out_logprobs,
+                text=r.text or "",
+                finish_reason=r.finish_reason or "length",
+                weight_version=self.weight_version,
+            )
+            for r in rows
+        ]
+
+    def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        return asyncio.run(self.generate(prompt_ids, params))
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
+        """Copy new weights in (names as in ``model.state_dict()``); waits for a running batch to end."""
+        params = dict(self.model.named_parameters())
+        buffers = dict(self.model.named_buffers())
+        with self._weights_lock, torch.no_grad():
+            for name, tensor in named_tensors:
+                target = params.get(name, buffers.get(name))
+                if target is None:
+                    raise KeyError(f"engine model has no parameter {name!r}")
+                target.copy_(tensor.to(dtype=target.dtype, device=target.device))
+            self.weight_version = self.weight_version + 1 if version is None else version
+
+    # ------------------------------------------------------------------ worker
+    def _ensure_worker(self) -> None:
+        if self._wakeup is None or self._worker is None or self._worker.done():
+            self._wakeup = asyncio.Event()
+            self._worker = asyncio.get_running_loop().create_task(self._run_worker())
+        self._wakeup.set()
+
+    async def _run_worker(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            if not self._pending:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout=5.0)
+                except asyncio.TimeoutError:
+                    if not self._pending:
+                        return
+                continue
+            # Let the rows of requests submitted in the same event-loop tick join this batch.
+            await asyncio.sleep(0)
+            batch = self._pending[: self.max_batch_rows]
+            self._pending = self._pending[self.max_batch_rows :]
+            try:
+                await asyncio.to_thread(self._run_batch, batch)
+            except Exception as exc:  # a failed batch fails its requests, never the worker
+                logger.exception("generation batch failed")
+                for r in batch:
+                    if not r.done.done():
+                        r.done.set_exception(exc)
+                continue
+            for r in batch:
+                if not r.done.done():
+                    r.done.set_result(None)
+
+    @torch.inference_mode()
+    def _run_batch(self, rows: list[_Row]) -> None:
+        with self._weights_lock:
+            t0 = time.perf_counter()
+            self._decode(rows)
+            self.stats["decode_s"] += time.perf_counter() - t0
+            self.stats["batches"] += 1
+            self.stats["rows"] += len(rows)
+
+    def _decode(self, rows: list[_Row]) -> None:
+        dev = self.device
+        max_len = max(len(r.prompt_ids) for r in rows)
+        input_ids = torch.full((len(rows), max_len), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(rows), max_len), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, max_len - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            attn[i, max_len - len(r.prompt_ids) :] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
+        position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+        temperature = torch.tensor([r.params.temperature for r in rows], device=dev)
+        top_k = torch.tensor([r.params.top_k for r in rows], device=dev)
+        top_p = torch.tensor([r.params.top_p for r in rows], device=dev)
+        active = list(range(len(rows)))  # row index for each batch position
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        logits = out.logits[:, -1, :]
+        next_pos = position_ids[:, -1:] + 1
+        eos = set(self.eos_ids)
+        while active:
+            tokens, logprobs = sample_tokens(
+                logits, temperature, top_k, top_p, [rows[i].generator for i in active]
+            )
+            tok_list, lp_list = tokens.tolist(), logprobs.tolist()
+            keep: list[int] = []
+            for pos, i in enumerate(active):
+                r = rows[i]
+                r.out_ids.append(tok_list[pos])
+                r.out_logprobs.append(lp_list[pos])
+                if tok_list[pos] in eos:
+                    r.finish_reason = "stop"
+                elif r.params.stop and self._hit_stop(r):
+                    r.finish_reason = "stop"
+                elif len(r.out_ids) >= r.params.max_tokens:
+                    r.finish_reason = "length"
+                else:
+                    keep.append(pos)
+            self.stats["generated_tokens"] += len(active)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(idx)
+                attn, next_pos, tokens = attn[idx], next_pos[idx], tokens[idx]
+                temperature, top_k, top_p = temperature[idx], top_k[idx], top_p[idx]
+                active = [active[p] for p in keep]
+            attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
+            out = self.model(
+                input_ids=tokens.unsqueeze(1), attention_mask=attn, position_ids=next_pos,
+                past_key_values=cache, use_cache=True,
+            )
+            logits = out.logits[:, -1, :]
+            next_pos = next_pos + 1
+        for r in rows:
+            if r.text is None:
+                r.text = self.tokenizer.decode(r.out_ids, skip_special_tokens=True)
+
+    def _hit_stop(self, r: _Row) -> bool:
+        """True when the decoded completion contains a stop string; the text is cut before it (OpenAI
+        semantics) while the token ids keep every sampled token (token-faithful)."""
+        text = self.tokenizer.decode(r.out_ids, skip_special_tokens=True)
+        hits = [text.find(s) for s in r.params.stop if s and s in text]
+        if not hits:
+            return False
+        r.text = text[: min(hits)]
+        return True
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: Any) -> list[int]:
+    ids: list[int] = []
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for v in (gen_eos, model.config.eos_token_id, tokenizer.eos_token_id):
+        if v is None:
+            continue
+        for i in v if isinstance(v, list) else [v]:
+            if i not in ids:
+                ids.append(int(i))
+    if not ids:
+        raise ValueError("model and tokenizer define no eos token id; set generation_config.eos_token_id")
+    return ids

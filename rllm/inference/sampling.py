@@ -1,0 +1,63 @@
+"""Token selection for a batch of rows that may each have their own sampling settings.
+
+Pure tensor code, kept apart from the engine loop so it can be tested on hand-made logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def filter_top_k_top_p(logits_BV: torch.Tensor, top_k_B: torch.Tensor, top_p_B: torch.Tensor) -> torch.Tensor:
+    """Mask (to -inf) the tokens outside each row's top-k set and outside its top-p nucleus.
+
+    ``top_k_B == 0`` and ``top_p_B >= 1`` disable the filter for that row. The nucleus keeps the smallest
+    prefix of tokens, sorted by probability, whose cumulative probability reaches ``top_p`` (the token
+    that crosses the threshold is kept, so at least one token always survives).
+    """
+    sorted_logits, sorted_idx = torch.sort(logits_BV, dim=-1, descending=True)
+    vocab = logits_BV.shape[-1]
+    ranks = torch.arange(vocab, device=logits_BV.device).unsqueeze(0)
+    k = torch.where(top_k_B > 0, top_k_B, torch.full_like(top_k_B, vocab)).unsqueeze(1)
+    remove = ranks >= k
+    probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
+    # Mass strictly before each token; a token is dropped once the mass before it already reaches p.
+    mass_before = torch.cumsum(probs, dim=-1) - probs
+    remove |= mass_before >= top_p_B.unsqueeze(1)
+    remove[:, 0] = False
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.empty_like(logits_BV).scatter_(-1, sorted_idx, sorted_logits)
+
+
+def sample_tokens(
+    logits_BV: torch.Tensor,
+    temperature_B: torch.Tensor,
+    top_k_B: torch.Tensor,
+    top_p_B: torch.Tensor,
+    generators: list[torch.Generator],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; return ``(token_ids_B, logprobs_B)``.
+
+    Rows with ``temperature == 0`` are greedy and report ``log_softmax(logits)`` of the argmax.
+    Other rows sample from ``softmax(filter(logits / T))`` and report the logprob of the sampled token
+    under ``log_softmax(logits / T)`` *before* filtering: that is the distribution a trainer recomputes
+    from the same logits, so rollout and trainer logprobs are comparable.
+    """
+    logits_BV = logits_BV.float()
+    greedy_B = temperature_B <= 0
+    safe_t = torch.where(greedy_B, torch.ones_like(temperature_B), temperature_B).unsqueeze(1)
+    scaled = logits_BV / safe_t
+    logprobs_BV = torch.log_softmax(scaled, dim=-1)
+    if bool(((top_k_B > 0) | (top_p_B < 1.0)).any()):
+        filtered = filter_top_k_top_p(scaled, top_k_B, top_p_B)
+    else:
+        filtered = scaled
+    probs_BV = torch.softmax(filtered, dim=-1)
+    tokens = torch.empty(logits_BV.shape[0], dtype=torch.long, device=logits_BV.device)
+    for i, gen in enumerate(generators):
+        if greedy_B[i]:
+            tokens[i] = torch.argmax(logits_BV[i])
+        else:
+            tokens[i] = torch.multinomial(probs_BV[i], 1, generator=gen)[0]
+    chosen = logprobs_BV.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    return tokens, chosen

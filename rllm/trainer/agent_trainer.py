@@ -1,0 +1,307 @@
+"""``AgentTrainer``: the RL loop, written once above the backend API.
+
+Per step, top to bottom: take the next tasks, run episodes (sample + score), group them, compute
+advantages, filter, build the token batch, forward/backward, optimizer step, sync weights to the
+inference engine, log, checkpoint. Backends hide *how* a step runs, never *what* the loop does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rllm.algorithms.transforms import (
+    FilterConfig,
+    build_train_batch,
+    compute_advantages,
+    filter_groups,
+    group_episodes,
+)
+from rllm.engine.workflow_engine import Workflow, WorkflowEngine
+from rllm.inference.base import SamplingParams
+from rllm.inference.local import LocalEngine, pick_device, pick_dtype
+from rllm.trainer.backends.base import UnsupportedConfigError
+from rllm.trainer.backends.local import LocalBackend
+from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state, save_checkpoint
+from rllm.trainer.config import TrainConfig
+from rllm.types import Episode
+from rllm.utils.config import dump_config
+from rllm.utils.metrics import MetricsLogger, build_sinks, summarize
+
+logger = logging.getLogger(__name__)
+
+CONSOLE_KEYS = [
+    "reward/mean", "accuracy", "response_len/mean", "train/clip_fraction", "train/entropy",
+    "train/grad_norm", "time/step_s", "eval/accuracy",
+]
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports: held-out greedy accuracy before/after and where things were written."""
+
+    run_dir: Path
+    steps: int
+    eval_history: list[dict[str, float]] = field(default_factory=list)
+    initial_accuracy: float | None = None
+    final_accuracy: float | None = None
+    final_model_dir: Path | None = None
+
+
+def check_config(cfg: TrainConfig, capabilities: Any) -> None:
+    """Refuse, before anything loads, a config the backend cannot honour. One line per problem."""
+    loss = cfg.algorithm.loss
+    if loss.name not in capabilities.losses:
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' has no loss {loss.name!r}: choose one of {sorted(capabilities.losses)}"
+        )
+    if cfg.lora.enabled and not capabilities.lora:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot train LoRA: set lora.enabled=false")
+    if not cfg.lora.enabled and not capabilities.full_finetune:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' trains LoRA only: set lora.enabled=true")
+    if loss.kl_coef > 0 and not capabilities.kl_to_reference:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0")
+    if cfg.lora.enabled and cfg.backend.gradient_checkpointing and cfg.lora.dropout > 0:
+        raise UnsupportedConfigError(
+            "lora.dropout > 0 with backend.gradient_checkpointing=true recomputes different dropout masks in "
+            "backward: set lora.dropout=0 or backend.gradient_checkpointing=false"
+        )
+    if cfg.backend.old_logprobs == "recompute" and not capabilities.recompute_old_logprobs:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout")
+    if loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
+        raise UnsupportedConfigError(
+            "algorithm.loss.tis_cap corrects between trainer and rollout logprobs, so it needs "
+            "backend.old_logprobs=recompute"
+        )
+    if cfg.rollout.group_size < 2 and cfg.algorithm.advantage in ("grpo", "dr_grpo", "rloo"):
+        raise UnsupportedConfigError(
+            f"{cfg.algorithm.advantage} compares episodes within a group: set rollout.group_size >= 2"
+        )
+    if cfg.rollout.temperature == 0:
+        raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
+
+
+class AgentTrainer:
+    """Trains the policy behind ``workflow`` on ``train_tasks``; evaluates greedily on ``test_tasks``.
+
+    With no workflow/tasks it trains the built-in single-turn task named by ``config.data.task``.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        workflow: Workflow | None = None,
+        train_tasks: list[dict[str, Any]] | None = None,
+        test_tasks: list[dict[str, Any]] | None = None,
+    ) -> None:
+        from rllm.data.builtin import make_tasks
+        from rllm.workflows.single_turn import SingleTurnWorkflow
+
+        self.cfg = config
+        check_config(config, LocalBackend.capabilities)
+        self.workflow = workflow or SingleTurnWorkflow(system_prompt=config.data.system_prompt)
+        d = config.data
+        self.train_tasks = train_tasks if train_tasks is not None else make_tasks(d.task, "train", d.train_size, config.trainer.seed)
+        self.test_tasks = test_tasks if test_tasks is not None else make_tasks(d.task, "test", d.test_size, config.trainer.seed)
+        if not self.train_tasks:
+            raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
+        self.run_dir = Path(config.trainer.run_dir) / config.trainer.name
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self) -> None:
+        from rllm.models import resolve_model
+
+        cfg = self.cfg
+        if cfg.trainer.threads:
+            torch.set_num_threads(cfg.trainer.threads)
+        random.seed(cfg.trainer.seed)
+        np.random.seed(cfg.trainer.seed)
+        model_path = resolve_model(cfg.model.path)
+        device = pick_device(cfg.backend.device)
+        self.engine = LocalEngine.from_pretrained(
+            model_path, device=str(device), dtype=cfg.inference.dtype,
+            max_batch_rows=cfg.inference.max_batch_rows, seed=cfg.trainer.seed,
+        )
+        self.backend = LocalBackend(cfg, model_path, pad_id=self.engine.pad_id)
+        self.engine_dtype = pick_dtype(cfg.inference.dtype, device)
+        r = cfg.rollout
+        self.train_sampling = SamplingParams(
+            temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens, seed=cfg.trainer.seed
+        )
+        self.eval_sampling = SamplingParams(temperature=0.0, max_tokens=cfg.eval.max_tokens)
+        self.rollouts = WorkflowEngine(
+            self.workflow, self.engine, self.train_sampling, max_concurrency=r.max_concurrency,
+            timeout_s=r.timeout_s, retries=r.retries,
+        )
+        self.filters = FilterConfig(**cfg.algorithm.filters.model_dump())
+
+    def _task_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.train_tasks)))
+        random.Random(self.cfg.trainer.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def _tasks_for_step(self, step: int) -> list[dict[str, Any]]:
+        """The step's tasks: a deterministic function of (seed, step), so a resumed run sees the same data."""
+        n = self.cfg.rollout.batch_size
+        out = []
+        for k in range(step * n, (step + 1) * n):
+            epoch, pos = divmod(k, len(self.train_tasks))
+            out.append(self.train_tasks[self._task_order(epoch)[pos]])
+        return out
+
+    # ------------------------------------------------------------------ eval
+    def evaluate(self, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        episodes = asyncio.run(
+            self.rollouts.run_tasks(self.test_tasks, sampling=self.eval_sampling, description=f"eval@{step}")
+        )
+        correct = [bool(e.is_correct) for e in episodes]
+        out = {
+            "eval/accuracy": float(np.mean(correct)),
+            "eval/reward": float(np.mean([e.reward or 0.0 for e in episodes])),
+            "eval/n": float(len(episodes)),
+            "eval/response_len": float(np.mean([len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps] or [0])),
+            "eval/time_s": time.perf_counter() - t0,
+        }
+        logger.info("eval at step %d: accuracy %.3f on %d held-out tasks", step, out["eval/accuracy"], len(episodes))
+        return out
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        tasks = self._tasks_for_step(step)
+        sampling = self.train_sampling.model_copy(update={"seed": cfg.trainer.seed * 7_919 + step * 1_000_003})
+        gen_before = self.engine.stats["generated_tokens"]
+        episodes = asyncio.run(
+            self.rollouts.run_tasks(tasks, group_size=cfg.rollout.group_size, sampling=sampling, description=f"step {step}")
+        )
+        t_rollout = time.perf_counter() - t0
+        metrics = episode_metrics(episodes)
+        metrics["time/rollout_s"] = t_rollout
+        metrics["perf/rollout_tokens_per_s"] = (self.engine.stats["generated_tokens"] - gen_before) / max(t_rollout, 1e-9)
+
+        groups = group_episodes(episodes)
+        groups, fmetrics = filter_groups(groups, self.filters)
+        metrics.update(fmetrics)
+        t1 = time.perf_counter()
+        if groups:
+            est_kwargs = {"norm_std": cfg.algorithm.norm_std} if _uses(cfg.algorithm.advantage, "grpo") else {}
+            metrics.update(compute_advantages(groups, cfg.algorithm.advantage, **est_kwargs))
+            batch = build_train_batch(groups)
+            metrics.update(batch.metrics)
+        else:
+            batch = None
+        if batch is not None and batch.num_response_tokens > 0:
+            old = self.backend.compute_logprobs(batch) if cfg.backend.old_logprobs == "recompute" else None
+            ref = self.backend.compute_logprobs(batch, reference=True) if cfg.algorithm.loss.kl_coef > 0 else None
+            metrics.update(self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref))
+            metrics.update(self.backend.optim_step())
+            metrics["perf/train_tokens_per_s"] = batch.num_tokens / max(time.perf_counter() - t1, 1e-9)
+        else:
+            # No group carried signal: nothing to learn from, but the step (and data position) still advance.
+            logger.info("step %d: every group was filtered out; skipping the update", step)
+            self.backend.step += 1
+            self.backend.scheduler.step()
+            metrics["train/skipped"] = 1.0
+        metrics["time/train_s"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        self.backend.sync_weights_to(self.engine)
+        metrics["time/sync_s"] = time.perf_counter() - t2
+        metrics["time/step_s"] = time.perf_counter() - t0
+        return metrics
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> TrainResult:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        start_step, eval_history = 0, []
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is not None and not cfg.trainer.resume:
+            raise UnsupportedConfigError(
+                f"run directory {self.run_dir} already has checkpoints: pass trainer.resume=true to continue it, "
+                "or a new trainer.name"
+            )
+        self._setup()
+        dump_config(cfg, self.run_dir / "config.yaml")
+        sinks = build_sinks(cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS)
+        result = TrainResult(run_dir=self.run_dir, steps=cfg.trainer.steps)
+        with MetricsLogger(sinks) as metrics_logger:
+            if cfg.trainer.resume and ckpt is not None:
+                self.backend.load_state(ckpt)
+                state = load_loop_state(ckpt)
+                start_step, eval_history = state["step"], state["eval_history"]
+                self.backend.sync_weights_to(self.engine)
+                logger.info("resumed from %s at step %d", ckpt, start_step)
+            elif cfg.eval.before:
+                ev = self.evaluate(0)
+                eval_history.append({"step": 0, **ev})
+                metrics_logger.log(0, ev)
+            for step in range(start_step, cfg.trainer.steps):
+                metrics = self.train_step(step)
+                done = step + 1
+                if cfg.eval.every_steps and done % cfg.eval.every_steps == 0 and done < cfg.trainer.steps:
+                    ev = self.evaluate(done)
+                    eval_history.append({"step": done, **ev})
+                    metrics.update(ev)
+                if cfg.eval.after and done == cfg.trainer.steps:
+                    ev = self.evaluate(done)
+                    eval_history.append({"step": done, **ev})
+                    metrics.update(ev)
+                metrics_logger.log(done, metrics)
+                if (cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0) or done == cfg.trainer.steps:
+                    save_checkpoint(
+                        self.run_dir, done, self.backend, {"step": done, "eval_history": eval_history},
+                        keep=cfg.trainer.keep_checkpoints,
+                    )
+        result.eval_history = eval_history
+        accs = {h["step"]: h["eval/accuracy"] for h in eval_history}
+        result.initial_accuracy = accs.get(0)
+        result.final_accuracy = accs.get(cfg.trainer.steps)
+        result.final_model_dir = self.run_dir / "final_model"
+        self.backend.export_model(result.final_model_dir)
+        self.engine.tokenizer.save_pretrained(result.final_model_dir)
+        if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
+            _try_plot(self.run_dir)
+        return result
+
+
+def _uses(estimator: str | dict[str, str], name: str) -> bool:
+    return name in (estimator.values() if isinstance(estimator, dict) else [estimator])
+
+
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Rollout metrics of one step: reward, accuracy, lengths, termination reasons."""
+    rewards = [e.reward or 0.0 for e in episodes]
+    lengths = [len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps]
+    out = summarize(rewards, "reward")
+    out.update(summarize([float(x) for x in lengths] or [0.0], "response_len"))
+    graded = [e.is_correct for e in episodes if e.is_correct is not None]
+    if graded:
+        out["accuracy"] = float(np.mean(graded))
+    out["episodes"] = float(len(episodes))
+    for reason, n in Counter(e.termination_reason.value for e in episodes).items():
+        out[f"termination/{reason}"] = n / len(episodes)
+    out["episodes/failed"] = float(sum(e.failed for e in episodes))
+    return out
+
+
+def _try_plot(run_dir: Path) -> None:
+    try:
+        from rllm.utils.metrics import plot_metrics
+
+        plot_metrics(run_dir / "metrics.jsonl", run_dir / "metrics.png", ["reward/mean", "eval/accuracy", "response_len/mean", "train/entropy"])
+    except ImportError:
+        logger.info("matplotlib not installed; skipping metrics.png")
+    except ValueError as exc:
+        logger.info("no plot: %s", exc)

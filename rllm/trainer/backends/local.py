@@ -1,0 +1,342 @@
+"""The local training backend: plain PyTorch on this machine (CPU or one GPU), full fine-tune or LoRA."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+from rllm.algorithms.losses import (
+    LossConfig,
+    aggregate_loss,
+    compute_policy_loss,
+    entropy_from_logits,
+    token_logprobs_from_logits,
+)
+from rllm.inference.local import pick_device
+from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError
+from rllm.trainer.config import TrainConfig
+from rllm.types import TrainBatch, TrainSequence
+
+logger = logging.getLogger(__name__)
+
+LOCAL_CAPABILITIES = BackendCapabilities(
+    name="local",
+    full_finetune=True,
+    lora=True,
+    losses=frozenset({"ppo", "is", "gspo", "cispo"}),
+    kl_to_reference=True,
+    recompute_old_logprobs=True,
+    bf16_autocast=True,
+    devices=frozenset({"cpu", "cuda"}),
+)
+
+
+def _autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
+    if setting == "none":
+        return None
+    supported = (
+        torch.cuda.is_bf16_supported() if device.type == "cuda" else torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+    if setting == "bf16" and not supported:
+        raise UnsupportedConfigError(
+            f"backend.autocast=bf16 but this {device.type} has no bf16 support: set backend.autocast=none"
+        )
+    return torch.bfloat16 if supported else None
+
+
+class LocalBackend(TrainingBackend):
+    """Owns the policy (fp32 master weights), the optimizer and the LR schedule."""
+
+    capabilities = LOCAL_CAPABILITIES
+
+    def __init__(self, cfg: TrainConfig, model_path: str, pad_id: int) -> None:
+        self.cfg = cfg
+        self.device = pick_device(cfg.backend.device)
+        if self.device.type not in self.capabilities.devices:
+            raise UnsupportedConfigError(f"local backend runs on cpu or cuda, not {self.device.type!r}")
+        self.pad_id = pad_id
+        self.autocast_dtype = _autocast_dtype(cfg.backend.autocast, self.device)
+        torch.manual_seed(cfg.trainer.seed)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model.config.use_cache = False
+        self.lora = cfg.lora.enabled
+        self._reference: torch.nn.Module | None = None
+        if self.lora:
+            from peft import LoraConfig, get_peft_model
+
+            peft_cfg = LoraConfig(
+                r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, peft_cfg)
+        elif cfg.algorithm.loss.kl_coef > 0:
+            # Full fine-tune needs a frozen copy for the KL term; loaded only when the term is on.
+            self._reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+            self._reference.eval().requires_grad_(False)
+        if cfg.backend.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if self.lora:
+                model.enable_input_require_grads()
+        self.model = model.to(self.device)
+        self.model.train()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(
+            params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
+            fused=self.device.type == "cpu" or None,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.step = 0
+        self._synced_once = False
+        logger.info(
+            "local backend: %s on %s, %.1fM trainable of %.1fM params, autocast=%s",
+            "LoRA" if self.lora else "full fine-tune", self.device,
+            sum(p.numel() for p in params) / 1e6, sum(p.numel() for p in self.model.parameters()) / 1e6,
+            self.autocast_dtype,
+        )
+
+    # ------------------------------------------------------------------ schedule
+    def _lr_factor(self, step: int) -> float:
+        o, total = self.cfg.optim, self.cfg.trainer.steps
+        if o.warmup_steps and step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps))
+        if o.schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    # ------------------------------------------------------------------ tensors
+    def _micro_batches(self, batch: TrainBatch) -> list[list[TrainSequence]]:
+        # Sorting by length keeps padding low; order inside an optimizer step does not change the gradient.
+        seqs = sorted(batch.sequences, key=lambda s: len(s.input_ids))
+        mb = self.cfg.backend.micro_batch_size
+        return [seqs[i : i + mb] for i in range(0, len(seqs), mb)]
+
+    def _pad(self, seqs: list[TrainSequence]) -> dict[str, torch.Tensor]:
+        T = max(len(s.input_ids) for s in seqs)
+
+        def padded(field: str, fill: float, dtype: torch.dtype) -> torch.Tensor:
+            rows = [getattr(s, field) + [fill] * (T - len(s.input_ids)) for s in seqs]
+            return torch.tensor(rows, dtype=dtype, device=self.device)
+
+        attn = torch.tensor(
+            [[1] * len(s.input_ids) + [0] * (T - len(s.input_ids)) for s in seqs], device=self.device
+        )
+        return {
+            "input_ids": padded("input_ids", self.pad_id, torch.long),
+            "attention_mask": attn,
+            "loss_mask": padded("loss_mask", 0, torch.float32),
+            "rollout_logprobs": padded("rollout_logprobs", 0.0, torch.float32),
+            "advantages": padded("advantages", 0.0, torch.float32),
+        }
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def _logits(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
+        with self._autocast():
+            out = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], use_cache=False)
+        return out.logits[:, :-1]
+
+    def _shifted_logprobs(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logprob of token t+1 given tokens <= t, as a [B, T-1] tensor aligned with input_ids[:, 1:]."""
+        logits = self._logits(model, t)
+        return token_logprobs_from_logits(logits, t["input_ids"][:, 1:], self.cfg.rollout.temperature or 1.0)
+
+    # ------------------------------------------------------------------ primitives
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> list[list[float]]:
+        out: dict[int, list[float]] = {}
+        index = {id(s): i for i, s in enumerate(batch.sequences)}
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for mb in self._micro_batches(batch):
+                t = self._pad(mb)
+                with self._reference_context(reference) as model:
+                    lp = self._shifted_logprobs(model, t)
+                for row, s in enumerate(mb):
+                    out[index[id(s)]] = [0.0] + lp[row, : len(s.input_ids) - 1].tolist()
+        finally:
+            self.model.train(was_training)
+        return [out[i] for i in range(len(batch.sequences))]
+
+    @contextlib.contextmanager
+    def _reference_context(self, reference: bool):
+        if not reference:
+            yield self.model
+        elif self.lora:
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            if self._reference is None:
+                raise UnsupportedConfigError("reference logprobs need algorithm.loss.kl_coef > 0")
+            yield self._reference
+
+    def forward_backward(
+        self,
+        batch: TrainBatch,
+        loss: LossConfig,
+        *,
+        old_logprobs: list[list[float]] | None = None,
+        ref_logprobs: list[list[float]] | None = None,
+    ) -> dict[str, float]:
+        if not batch.sequences:
+            raise ValueError("forward_backward got an empty batch; skip the step instead")
+        num_tokens = float(batch.num_response_tokens)
+        num_seqs = float(sum(1 for s in batch.sequences if s.num_response_tokens))
+        index = {id(s): i for i, s in enumerate(batch.sequences)}
+        sums: dict[str, float] = {}
+        weight_total = 0.0
+        total_loss = 0.0
+        for mb in self._micro_batches(batch):
+            t = self._pad(mb)
+            mask = t["loss_mask"][:, 1:]
+            adv = t["advantages"][:, 1:]
+            rollout_lp = t["rollout_logprobs"][:, 1:]
+
+            def aligned(values: list[list[float]] | None) -> torch.Tensor | None:
+                if values is None:
+                    return None
+                T = t["input_ids"].shape[1]
+                rows = [values[index[id(s)]] + [0.0] * (T - len(s.input_ids)) for s in mb]
+                return torch.tensor(rows, dtype=torch.float32, device=self.device)[:, 1:]
+
+            old = aligned(old_logprobs)
+            ref = aligned(ref_logprobs)
+            logits = self._logits(self.model, t)
+            logprobs = token_logprobs_from_logits(logits, t["input_ids"][:, 1:], self.cfg.rollout.temperature or 1.0)
+            loss_BT, metrics = compute_policy_loss(
+                logprobs, old if old is not None else rollout_lp, adv, mask, loss,
+                rollout_logprobs=rollout_lp if loss.tis_cap is not None else None, ref_logprobs=ref,
+            )
+            mb_loss = aggregate_loss(
+                loss_BT, mask, loss.agg, num_tokens=num_tokens, num_sequences=num_seqs,
+                norm_tokens=loss.agg_norm_tokens,
+            )
+            mb_loss.backward()
+            total_loss += float(mb_loss.detach())
+            with torch.no_grad():
+                n_tok = float(mask.sum())
+                entropy = entropy_from_logits(logits.detach())
+                metrics["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
+                metrics["trainer_rollout_logprob_diff"] = ((logprobs.detach() - rollout_lp).abs() * mask).sum() / mask.sum().clamp(min=1)
+            # Token-weighted average of per-micro-batch metric means.
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * n_tok
+            weight_total += n_tok
+            del logits
+        out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
+        out["train/loss"] = total_loss
+        return out
+
+    def optim_step(self) -> dict[str, float]:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        clip = self.cfg.optim.grad_clip
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return {"train/grad_norm": float(grad_norm), "train/lr": lr}
+
+    # ------------------------------------------------------------------ weights
+    @torch.no_grad()
+    def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, torch.Tensor]]:
+        """The policy's weights under plain Hugging Face names, LoRA deltas merged in.
+
+        With ``changed_only`` and LoRA, only the adapted weights are returned (the rest are frozen).
+        """
+        if not self.lora:
+            return [(n, p.detach()) for n, p in self.model.named_parameters()]
+        from peft.tuners.lora import LoraLayer
+
+        out: list[tuple[str, torch.Tensor]] = []
+        inner = self.model.base_model.model
+        adapted: set[str] = set()
+        for name, module in inner.named_modules():
+            if isinstance(module, LoraLayer):
+                base = module.get_base_layer()
+                weight = base.weight.detach().clone()
+                for adapter in module.active_adapters:
+                    if adapter in module.lora_A:
+                        weight += module.get_delta_weight(adapter).to(weight.dtype)
+                out.append((f"{name}.weight", weight))
+                adapted.add(f"{name}.base_layer.weight")
+        if not changed_only:
+            for name, p in inner.named_parameters():
+                if "lora_" in name or name in adapted:
+                    continue
+                out.append((name.replace(".base_layer.", "."), p.detach()))
+        return out
+
+    def sync_weights_to(self, engine: Any) -> None:
+        changed_only = self.lora and self._synced_once
+        engine.load_weights(self.named_merged_weights(changed_only=changed_only), version=self.step)
+        self._synced_once = True
+
+    def export_model(self, path: Path) -> None:
+        path = Path(path)
+        if self.lora:
+            # Merge into a fresh copy: peft's merge_and_unload would destroy the adapters we keep training.
+            base = AutoModelForCausalLM.from_config(self.model.base_model.model.config)
+            base.load_state_dict(dict(self.named_merged_weights()), strict=False)
+            base.save_pretrained(path)
+        else:
+            self.model.save_pretrained(path)
+
+    # ------------------------------------------------------------------ state
+    def save_state(self, path: Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path / ("adapter" if self.lora else "model"))
+        torch.save(
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "step": self.step,
+                "rng": {
+                    "torch": torch.get_rng_state(),
+                    "numpy": np.random.get_state(),
+                    "python": random.getstate(),
+                },
+            },
+            path / "trainer_state.pt",
+        )
+
+    def load_state(self, path: Path) -> None:
+        path = Path(path)
+        if self.lora:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self.model, load_file(str(path / "adapter" / "adapter_model.safetensors")))
+        else:
+            from safetensors.torch import load_file
+
+            state = load_file(str(path / "model" / "model.safetensors"))
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            real_missing = [m for m in missing if not (m == "lm_head.weight" and self.model.config.tie_word_embeddings)]
+            if real_missing or unexpected:
+                raise RuntimeError(f"checkpoint does not match model: missing={real_missing} unexpected={unexpected}")
+        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+        self._synced_once = False

@@ -1,0 +1,143 @@
+"""The one typed config of a training run: ``rllm train [config.yaml] key=value ...``.
+
+Every key is typed, documented and validated; unknown keys are errors (with a did-you-mean) and
+combinations a backend cannot honour are refused at start-up (see ``AgentTrainer.check``).
+``rllm train --help-config`` prints every key with its default and meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rllm.algorithms.losses import LossConfig
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    path: str = Field(
+        "smollm2-135m",
+        description="Built-in model name (smollm2-135m), a local Hugging Face model directory, or a hub id.",
+    )
+
+
+class LoraConfig(_Section):
+    enabled: bool = Field(True, description="Train LoRA adapters (true) or all weights (false).")
+    rank: int = Field(32, gt=0, description="LoRA rank r.")
+    alpha: int = Field(64, gt=0, description="LoRA alpha; the update is scaled by alpha / rank.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: list[str] | str = Field(
+        "all-linear", description="Modules to adapt: 'all-linear' or a list of module names (e.g. [q_proj, v_proj])."
+    )
+
+
+class OptimConfig(_Section):
+    lr: float = Field(2e-4, gt=0, description="Peak learning rate of AdamW.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
+    beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    grad_clip: float | None = Field(1.0, gt=0, description="Clip the global gradient norm to this; null = off.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps from 0 to lr.")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="Learning-rate schedule after warm-up (decays to 0 at trainer.steps)."
+    )
+
+
+class BackendConfig(_Section):
+    name: Literal["local"] = Field("local", description="Training backend. 'local': PyTorch on this machine.")
+    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'.")
+    autocast: Literal["auto", "bf16", "none"] = Field(
+        "auto", description="Mixed precision for forward/backward: 'auto' uses bf16 where supported."
+    )
+    micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward pass (gradients accumulate).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    old_logprobs: Literal["rollout", "recompute"] = Field(
+        "rollout",
+        description="Behaviour logprobs for the ratio: the inference engine's ('rollout') or a trainer forward "
+        "pass before the update ('recompute').",
+    )
+
+
+class InferenceConfig(_Section):
+    engine: Literal["local"] = Field("local", description="Inference engine used for rollouts.")
+    dtype: str = Field("auto", description="Engine weight dtype: auto (bf16 where native), bfloat16, float32.")
+    max_batch_rows: int = Field(128, gt=0, description="Most sequences decoded together in one batch.")
+
+
+class RolloutConfig(_Section):
+    batch_size: int = Field(8, gt=0, description="Tasks per training step.")
+    group_size: int = Field(8, gt=0, description="Episodes per task (the advantage group size).")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold (1.0 = off).")
+    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+    max_tokens: int = Field(32, gt=0, description="Most tokens per model response.")
+    max_concurrency: int = Field(256, gt=0, description="Episodes in flight at once.")
+    timeout_s: float | None = Field(None, gt=0, description="Wall-clock limit per episode; null = none.")
+    retries: int = Field(0, ge=0, description="Retries of a failed or timed-out episode.")
+
+
+class FilterSettings(_Section):
+    drop_zero_variance: bool = Field(True, description="Skip groups whose rewards are all equal (no signal).")
+    drop_truncated: bool = Field(False, description="Skip episodes whose response hit max_tokens.")
+    drop_failed: bool = Field(True, description="Skip episodes that errored or timed out (they are still logged).")
+
+
+class AlgorithmConfig(_Section):
+    advantage: str | dict[str, str] = Field(
+        "grpo",
+        description="Advantage estimator (grpo, dr_grpo, rloo, reinforce, reinforce_pp), or a mapping "
+        "role -> estimator with 'default' as fallback.",
+    )
+    norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
+    loss: LossConfig = Field(default_factory=LossConfig)
+    filters: FilterSettings = Field(default_factory=FilterSettings)
+
+
+class DataConfig(_Section):
+    task: str = Field("larger", description="Built-in task: larger, smaller, add, count_letter.")
+    train_size: int = Field(20000, gt=0, description="Number of generated training tasks.")
+    test_size: int = Field(200, gt=0, description="Number of held-out test tasks.")
+    system_prompt: str | None = Field(None, description="Optional system message before each question.")
+
+
+class EvalConfig(_Section):
+    every_steps: int = Field(0, ge=0, description="Greedy held-out eval every k steps (0 = only before/after).")
+    before: bool = Field(True, description="Evaluate the initial model before training.")
+    after: bool = Field(True, description="Evaluate the final model after training.")
+    max_tokens: int = Field(32, gt=0, description="Most tokens per eval response.")
+
+
+class TrainerConfig(_Section):
+    steps: int = Field(40, gt=0, description="Optimizer steps to run.")
+    seed: int = Field(0, description="Seed for data order, sampling and initialisation.")
+    run_dir: str = Field("runs", description="Parent directory of run directories.")
+    name: str = Field("default", description="Run name; the run lives in run_dir/name.")
+    resume: bool = Field(False, description="Continue from the latest checkpoint in the run directory.")
+    checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k steps (0 = only at the end).")
+    keep_checkpoints: int = Field(2, gt=0, description="How many step checkpoints to keep.")
+    loggers: list[str] = Field(
+        default_factory=lambda: ["console", "jsonl"],
+        description="Metric sinks: console, jsonl, tensorboard, wandb.",
+    )
+    plot: bool = Field(True, description="Write metrics.png (reward/accuracy curves) at the end, if matplotlib is installed.")
+    threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
+
+
+class TrainConfig(_Section):
+    """Everything ``rllm train`` reads."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    inference: InferenceConfig = Field(default_factory=InferenceConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)

@@ -1,0 +1,393 @@
+"""Typed configuration: YAML file + ``key=value`` overrides, validated by a pydantic model.
+
+A run's configuration is one pydantic model (``extra="forbid"`` at every level), so every key is typed,
+documented by its ``Field(description=...)`` and checked before anything starts. This module is the edge
+where text becomes that model:
+
+    cfg = load_config(TrainConfig, "configs/gsm8k.yaml", ["trainer.lr=1e-5", "lora.rank=8"])
+
+Precedence, lowest to highest: the model's defaults, the YAML file, the overrides (in order). Every problem
+is reported as one :class:`ConfigError` line that names the full dotted key and, for a misspelt key, the
+closest valid ones. :func:`dump_config` writes the snapshot a run directory keeps; loading it back gives
+an equal model.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar, Union
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
+from pydantic import BaseModel, ValidationError
+
+__all__ = [
+    "ConfigError",
+    "config_keys",
+    "config_to_yaml",
+    "describe_config",
+    "dump_config",
+    "load_config",
+]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+# Pydantic error types -> what the key expects, in words a user reads.
+_EXPECTS: dict[str, str] = {
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "a boolean (true/false)",
+    "bool_parsing": "a boolean (true/false)",
+    "string_type": "a string",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "set_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping of keys",
+    "model_attributes_type": "a mapping of keys",
+    "none_required": "null",
+}
+_MAX_PROBLEMS = 5  # more than this are summarised as "(and N more)" to keep the error one line
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used as given; the message is one line that says what to change.
+
+    ``problems`` holds one line per problem found (the message joins them with ``"; "``).
+    """
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        shown = self.problems[:_MAX_PROBLEMS]
+        more = len(self.problems) - len(shown)
+        message = "; ".join(shown) + (f" (and {more} more)" if more else "")
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def load_config(
+    model_cls: type[ModelT],
+    yaml_path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+) -> ModelT:
+    """Build ``model_cls`` from its defaults, an optional YAML file and ``key=value`` overrides.
+
+    Override values are parsed as YAML scalars/flow collections, so ``lr=1e-5`` is a float, ``rank=8``
+    an int, ``resume=true`` a bool, ``stop=[a,b]`` a list and ``lora=null`` None. Nested keys are dotted
+    (``trainer.lr=1e-5``). OmegaConf interpolations (``${trainer.lr}``) are resolved before validation;
+    they can refer only to keys set in the YAML file or the overrides, not to model defaults.
+
+    Raises:
+        ConfigError: missing or malformed YAML, a malformed override, an unknown key (with did-you-mean
+            suggestions) or a value of the wrong type.
+    """
+    merged = OmegaConf.create({})
+    if yaml_path is not None:
+        merged = _load_yaml(Path(yaml_path))
+    dotlist = [_check_override(o) for o in overrides]
+    try:
+        if dotlist:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(dotlist))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except (OmegaConfBaseException, yaml.YAMLError) as e:
+        raise ConfigError(_omegaconf_message(e, overrides)) from e
+    assert isinstance(data, dict)  # the root is always a mapping: created from {} or checked in _load_yaml
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, model_cls, data)) from e
+
+
+def _load_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' not found: pass the path of an existing YAML file")
+    try:
+        loaded = OmegaConf.load(path)
+    except (OmegaConfBaseException, yaml.YAMLError) as e:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {_one_line(e)}") from e
+    if not OmegaConf.is_dict(loaded):
+        raise ConfigError(f"config file '{path}' must hold a mapping of keys at the top, not a list")
+    return loaded
+
+
+def _omegaconf_message(e: Exception, overrides: Sequence[str]) -> str:
+    first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if isinstance(e, InterpolationKeyError):
+        first_line += " (an interpolation can only refer to keys set in the YAML file or the overrides)"
+    if getattr(e, "full_key", None):
+        return f"cannot resolve config key '{e.full_key}': {first_line}"  # type: ignore[attr-defined]
+    return f"cannot apply config overrides {list(overrides)}: {_one_line(str(e))}"
+
+
+def _check_override(override: str) -> str:
+    key, sep, _ = override.partition("=")
+    key = key.strip()
+    if not sep or not key or any(c.isspace() for c in key):
+        raise ConfigError(
+            f"config override {override!r} is not of the form key=value "
+            "(e.g. trainer.lr=1e-5, lora.rank=8, stop=[a,b], resume=true)"
+        )
+    return override.strip()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+# ----------------------------------------------------------------------------- pydantic errors -> words
+
+
+def _explain(error: ValidationError, model_cls: type[BaseModel], data: Any) -> list[str]:
+    """One line per distinct problem; union branches failing on the same key are merged into one."""
+    problems: dict[str, None] = {}  # ordered set of finished lines, or of keys with type problems
+    expects: dict[str, list[str]] = {}  # key -> what each union branch wanted
+    inputs: dict[str, Any] = {}
+    for err in error.errors(include_url=False):
+        path = _input_path(err["loc"], data)
+        key, kind = _dotted(path), err["type"]
+        if kind == "extra_forbidden":
+            problems[_unknown_key_message(model_cls, path)] = None
+        elif kind == "missing":
+            problems[f"config key '{key}' is required but was not given"] = None
+        elif kind in _EXPECTS or kind in ("literal_error", "enum"):
+            wanted = _EXPECTS.get(kind) or f"one of {err.get('ctx', {}).get('expected', '?')}"
+            slot = f"\0type:{key}"  # filled in below, once every union branch has been seen
+            problems[slot] = None
+            inputs.setdefault(slot, err.get("input"))
+            if wanted not in expects.setdefault(slot, []):
+                expects[slot].append(wanted)
+        else:
+            msg = err["msg"][0].lower() + err["msg"][1:]
+            problems[f"config key '{key}': {msg}, got {_short(err.get('input'))}"] = None
+    return [
+        f"config key '{p[6:]}' expects {' or '.join(expects[p])}, got {_short(inputs[p])}"
+        if p in expects
+        else p
+        for p in problems
+    ]
+
+
+def _input_path(loc: tuple[int | str, ...], data: Any) -> list[int | str]:
+    """Keep the parts of a pydantic ``loc`` that index the input (drop union-branch tags like 'int')."""
+    path: list[int | str] = []
+    node = data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(node, Mapping) and (part in node or last):
+            path.append(part)
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+    return path
+
+
+def _dotted(path: Sequence[int | str]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _unknown_key_message(model_cls: type[BaseModel], path: list[int | str]) -> str:
+    key = _dotted(path)
+    parent, leaf = path[:-1], str(path[-1])
+    all_keys = config_keys(model_cls)
+    # The same name at another level is the strongest hint ('lr' for 'trainer.lr'), then close siblings.
+    suggestions = [k for k in all_keys if k.rsplit(".", 1)[-1] == leaf and k != key]
+    owner = _model_at(model_cls, parent)
+    if owner is not None:
+        siblings = [_field_key(name, f) for name, f in owner.model_fields.items()]
+        prefix = _dotted(parent) + "." if parent else ""
+        suggestions += [prefix + s for s in difflib.get_close_matches(leaf, siblings, n=3, cutoff=0.6)]
+    if not suggestions:  # a close name at another level
+        leaves = {k: k.rsplit(".", 1)[-1] for k in all_keys}
+        close = set(difflib.get_close_matches(leaf, list(leaves.values()), n=3, cutoff=0.8))
+        suggestions = [k for k, v in leaves.items() if v in close]
+    suggestions = list(dict.fromkeys(suggestions))[:3]
+    if not suggestions:
+        return f"unknown config key '{key}' (see `rllm train --help-config` for valid keys)"
+    return f"unknown config key '{key}' — did you mean {' or '.join(repr(s) for s in suggestions)}?"
+
+
+# ------------------------------------------------------------------------------ walking model fields
+
+
+def _field_key(name: str, field: Any) -> str:
+    """The key a user writes for a field: its validation alias if it has one."""
+    alias = field.validation_alias if isinstance(field.validation_alias, str) else field.alias
+    return alias or name
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip ``Annotated`` and ``Optional``; from a union prefer a model member."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        models = [m for m in members if _is_model(_unwrap(m))]
+        return _unwrap(models[0] if models else members[0]) if members else tp
+    return tp
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _model_at(model_cls: type[BaseModel], path: Sequence[int | str]) -> type[BaseModel] | None:
+    """The model class that owns the keys at ``path`` (through nested, optional, list and dict fields)."""
+    tp: Any = model_cls
+    for part in path:
+        tp = _unwrap(tp)
+        origin = typing.get_origin(tp)
+        if _is_model(tp) and isinstance(part, str):
+            fields = {_field_key(n, f): f for n, f in tp.model_fields.items()}
+            if part not in fields:
+                return None
+            tp = fields[part].annotation
+        elif origin in (list, tuple, set, Sequence) and isinstance(part, int):
+            tp = typing.get_args(tp)[0] if typing.get_args(tp) else Any
+        elif origin in (dict, Mapping):
+            tp = typing.get_args(tp)[1] if typing.get_args(tp) else Any
+        else:
+            return None
+    tp = _unwrap(tp)
+    return tp if _is_model(tp) else None
+
+
+def _walk(model_cls: type[BaseModel], prefix: str = "", defaults: Any = None) -> list[tuple[str, Any, Any]]:
+    """(dotted key, field info, effective default) for every field, sections before their keys."""
+    rows: list[tuple[str, Any, Any]] = []
+    for name, field in model_cls.model_fields.items():
+        key = prefix + _field_key(name, field)
+        if defaults is not None:
+            default = getattr(defaults, name, None)
+        elif field.is_required():
+            default = _REQUIRED
+        else:
+            try:
+                default = field.get_default(call_default_factory=True)
+            except TypeError:  # a factory that needs the validated data; shown as "computed"
+                default = _COMPUTED
+        rows.append((key, field, default))
+        sub = _unwrap(field.annotation)
+        if _is_model(sub):
+            rows.extend(_walk(sub, key + ".", default if isinstance(default, BaseModel) else None))
+    return rows
+
+
+class _Marker:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+_REQUIRED = _Marker("required")
+_COMPUTED = _Marker("computed")
+
+
+def config_keys(model_cls: type[BaseModel]) -> list[str]:
+    """Every dotted key ``model_cls`` accepts, in declaration order.
+
+    A nested (or optional nested) model contributes its own key (``lora``, which can be set to null)
+    followed by its fields (``lora.rank``). Keys inside lists or dicts of models are not expanded.
+    """
+    return [key for key, _, _ in _walk(model_cls)]
+
+
+# ----------------------------------------------------------------------------------------- describing
+
+
+def _type_name(tp: Any) -> str:
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is type(None):
+        return "None"
+    if origin is Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join('...' if a is Ellipsis else _type_name(a) for a in args)}]"
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _default_text(default: Any) -> str:
+    if isinstance(default, _Marker):
+        return default.text
+    if isinstance(default, BaseModel):
+        return "(section)"
+    if isinstance(default, Enum):
+        default = default.value
+    if isinstance(default, Path):
+        default = str(default)
+    return yaml.safe_dump(default, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
+def describe_config(model_cls: type[BaseModel]) -> str:
+    """A plain-text table of every key: its type, default and description (for ``--help-config``).
+
+    One row per key, never wrapped, so ``rllm train --help-config | grep lr`` finds a key.
+    """
+    rows = [("key", "type", "default", "description")]
+    for key, field, default in _walk(model_cls):
+        description = " ".join((field.description or "").split())
+        rows.append((key, _type_name(field.annotation), _default_text(default), description))
+    widths = [min(max(len(r[i]) for r in rows), cap) for i, cap in enumerate((48, 32, 24))]
+    lines = []
+    for row in rows:
+        cells = [c.ljust(w) for c, w in zip(row[:3], widths)]
+        lines.append("  ".join([*cells, row[3]]).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in [*widths, 11]))
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ snapshots
+
+
+def _escape_interpolations(value: Any) -> Any:
+    """Make ``${...}`` in string values literal, so loading the snapshot does not try to resolve it."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, dict):
+        return {k: _escape_interpolations(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape_interpolations(v) for v in value]
+    return value
+
+
+def config_to_yaml(cfg: BaseModel) -> str:
+    """The full configuration (defaults included) as YAML that :func:`load_config` reads back equal."""
+    data = _escape_interpolations(cfg.model_dump(mode="json", by_alias=True))
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def dump_config(cfg: BaseModel, path: str | Path) -> Path:
+    """Write the config snapshot (see :func:`config_to_yaml`) to ``path``, creating parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config_to_yaml(cfg), encoding="utf-8")
+    return path

@@ -1,0 +1,374 @@
+"""Where training metrics go: a JSONL file, TensorBoard, Weights & Biases, the console.
+
+The trainer owns one :class:`MetricsLogger` and calls ``logger.log(step, metrics)`` once per training
+step with flat ``{"name": number}`` dicts (``"reward/mean"``, ``"loss"``); the logger hands the same dict
+to every sink. Sinks are picked by name in config (``metrics.sinks: [console, jsonl]``) and built by
+:func:`build_sinks`. An optional sink whose package is missing fails at start-up with the ``pip`` command
+that fixes it, never silently mid-run.
+
+The JSONL file is the run's source of truth: one line per step, flushed as it is written, read back by
+:func:`read_jsonl_metrics` and drawn by :func:`plot_metrics` at the end of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = [
+    "SINK_NAMES",
+    "ConsoleSink",
+    "JsonlSink",
+    "MetricsLogger",
+    "MetricsSink",
+    "TensorBoardSink",
+    "WandbSink",
+    "build_sinks",
+    "plot_metrics",
+    "read_jsonl_metrics",
+    "summarize",
+]
+
+logger = logging.getLogger(__name__)
+
+SINK_NAMES = ("console", "jsonl", "tensorboard", "wandb")
+"""The sink names :func:`build_sinks` understands (the values allowed in config)."""
+
+
+@runtime_checkable
+class MetricsSink(Protocol):
+    """Something that records one dict of scalar metrics per training step."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` as the values at training step ``step``."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release files or connections; the sink is not used afterwards."""
+        ...
+
+
+def _as_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Plain floats from ints, bools, numpy scalars or one-element tensors; anything else is an error."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"metric {key!r} must be a number, got {type(value).__name__} {value!r}; "
+                "log text and lists elsewhere (e.g. the episode dump)"
+            ) from e
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ sinks
+
+
+class JsonlSink:
+    """Appends ``{"step": .., "time": .., **metrics}`` as one JSON line per call to ``path``.
+
+    Each line is flushed as it is written, so a killed run keeps every step it logged. ``time`` is the
+    Unix time of the call. Appending (not truncating) lets a resumed run continue the same file.
+    Non-finite values are written as ``NaN`` / ``Infinity``, which Python's ``json`` reads back.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": int(step), "time": time.time(), **_as_floats(metrics)}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+class TensorBoardSink:
+    """Writes each metric as a TensorBoard scalar (tag = metric name) under ``logdir``.
+
+    Events are flushed after every step so ``tensorboard --logdir`` shows a live run.
+    """
+
+    def __init__(self, logdir: str | Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:
+            raise ImportError(
+                "the 'tensorboard' metrics sink needs the tensorboard package: "
+                "pip install 'rllm[tensorboard]' (or drop 'tensorboard' from the metrics sinks)"
+            ) from e
+        self.logdir = Path(logdir)
+        self._writer = SummaryWriter(log_dir=str(self.logdir))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in _as_floats(metrics).items():
+            self._writer.add_scalar(key, value, global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbSink:
+    """Logs to a Weights & Biases run; ``mode="offline"`` (the default) never touches the network.
+
+    An offline run is stored under ``save_dir`` (or wandb's default) and can be uploaded later with
+    ``wandb sync``.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        run_name: str,
+        config: dict[str, Any],
+        mode: str = "offline",
+        save_dir: str | Path | None = None,
+    ) -> None:
+        if mode not in ("offline", "online"):
+            raise ValueError(f"wandb mode must be 'offline' or 'online', got {mode!r}")
+        try:
+            import wandb
+        except ImportError as e:
+            raise ImportError(
+                "the 'wandb' metrics sink needs the wandb package: "
+                "pip install 'rllm[wandb]' (or drop 'wandb' from the metrics sinks)"
+            ) from e
+        if save_dir is not None:
+            Path(save_dir).mkdir(parents=True, exist_ok=True)
+        self._run = wandb.init(
+            project=project,
+            name=run_name,
+            config=config,
+            mode=mode,
+            dir=None if save_dir is None else str(save_dir),
+        )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._run.log(_as_floats(metrics), step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def _format_value(value: float) -> str:
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value == int(value) and abs(value) < 1e9:
+        return str(int(value))
+    if abs(value) >= 1e4 or abs(value) < 1e-3:
+        return f"{value:.3e}"
+    return f"{value:.4f}"
+
+
+class ConsoleSink:
+    """Prints one compact table row per step to a rich console, with a header when the columns change.
+
+    ``keys`` picks and orders the columns (a key missing from a step shows as ``-``); ``None`` shows
+    every metric of the step. The header is repeated every ``header_every`` rows so it stays in view.
+    """
+
+    def __init__(
+        self,
+        keys: list[str] | None = None,
+        console: Console | None = None,
+        header_every: int = 20,
+    ) -> None:
+        self.keys = list(keys) if keys is not None else None
+        self.console = console if console is not None else Console()
+        self.header_every = header_every
+        self._columns: list[str] | None = None
+        self._rows_since_header = 0
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        values = _as_floats(metrics)
+        columns = self.keys if self.keys is not None else list(values)
+        show_header = columns != self._columns or self._rows_since_header >= self.header_every
+        self._columns = columns
+        self._rows_since_header = 0 if show_header else self._rows_since_header
+        table = Table(show_header=show_header, box=None, pad_edge=False, header_style="bold")
+        table.add_column("step", justify="right", width=7, no_wrap=True)
+        for key in columns:  # fixed widths keep rows from different calls aligned
+            table.add_column(key, justify="right", width=max(len(key), 10), no_wrap=True)
+        table.add_row(str(step), *(_format_value(values[k]) if k in values else "-" for k in columns))
+        self.console.print(table)
+        self._rows_since_header += 1
+
+    def close(self) -> None:
+        pass
+
+
+class MetricsLogger:
+    """Hands each step's metrics to every sink; itself a :class:`MetricsSink`, and a context manager.
+
+    If a sink raises, the remaining sinks still get the step (so the JSONL line is not lost), then the
+    first error is re-raised: a broken sink stops the run loudly rather than dropping metrics silently.
+    """
+
+    def __init__(self, sinks: Iterable[MetricsSink]) -> None:
+        self.sinks = list(sinks)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        values = _as_floats(metrics)
+        self._each(lambda sink: sink.log(step, values), "log")
+
+    def close(self) -> None:
+        self._each(lambda sink: sink.close(), "close")
+
+    def _each(self, call: Any, what: str) -> None:
+        first_error: BaseException | None = None
+        for sink in self.sinks:
+            try:
+                call(sink)
+            except Exception as e:
+                logger.exception("metrics sink %s failed to %s", type(sink).__name__, what)
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def build_sinks(
+    names: list[str],
+    run_dir: Path,
+    run_name: str,
+    config: dict[str, Any],
+    *,
+    console_keys: list[str] | None = None,
+    wandb_project: str = "rllm",
+    wandb_mode: str = "offline",
+) -> list[MetricsSink]:
+    """The sinks named in config, writing under ``run_dir``.
+
+    ``"jsonl"`` writes ``run_dir/metrics.jsonl``, ``"tensorboard"`` writes ``run_dir/tensorboard/``,
+    ``"wandb"`` logs run ``run_name`` with ``config`` (stored under ``run_dir``), ``"console"`` prints
+    ``console_keys`` (all metrics when None). Names are checked before anything is created; a missing
+    optional package raises ImportError with the pip command, and closes the sinks already opened.
+
+    Raises:
+        ValueError: an unknown sink name.
+        ImportError: ``tensorboard`` or ``wandb`` is named but its package is not installed.
+    """
+    wanted = list(dict.fromkeys(n.strip().lower() for n in names))  # dedupe, keep order
+    unknown = [n for n in wanted if n not in SINK_NAMES]
+    if unknown:
+        raise ValueError(f"unknown metrics sink(s) {unknown}; valid choices are {list(SINK_NAMES)}")
+    run_dir = Path(run_dir)
+    sinks: list[MetricsSink] = []
+    try:
+        for name in wanted:
+            if name == "console":
+                sinks.append(ConsoleSink(console_keys))
+            elif name == "jsonl":
+                sinks.append(JsonlSink(run_dir / "metrics.jsonl"))
+            elif name == "tensorboard":
+                sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+            else:
+                sinks.append(WandbSink(wandb_project, run_name, config, mode=wandb_mode, save_dir=run_dir))
+    except BaseException:
+        for sink in sinks:
+            sink.close()
+        raise
+    return sinks
+
+
+def summarize(values: list[float], prefix: str) -> dict[str, float]:
+    """``{prefix}/mean``, ``/std``, ``/min`` and ``/max`` of ``values``; ``{}`` when there are none.
+
+    ``std`` is the population standard deviation, sqrt(sum((x - mean)^2) / n), so one value gives 0.
+    """
+    if not values:
+        return {}
+    xs = [float(v) for v in values]
+    mean = sum(xs) / len(xs)
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
+    head = f"{prefix}/" if prefix else ""
+    return {f"{head}mean": mean, f"{head}std": std, f"{head}min": min(xs), f"{head}max": max(xs)}
+
+
+# --------------------------------------------------------------------------------------- reading back
+
+
+def read_jsonl_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records a :class:`JsonlSink` wrote, in order.
+
+    A truncated last line (the run was killed mid-write) is skipped with a warning; a bad line
+    anywhere else raises ValueError naming the line.
+    """
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number == len(lines):
+                logger.warning("skipping truncated last line %d of %s", number, path)
+                continue
+            raise ValueError(f"{path}:{number} is not a JSON object: {e}") from e
+    return records
+
+
+def plot_metrics(jsonl_path: str | Path, out_png: str | Path, keys: list[str] | None = None) -> Path:
+    """Draw one line chart per metric in ``keys`` (against ``step``) into ``out_png``; return its path.
+
+    ``keys=None`` plots every metric. Keys never logged are skipped with a warning; if none of them
+    was logged, ValueError lists the ones that were. Uses matplotlib's object API (no pyplot state,
+    no display needed).
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError("plotting metrics needs matplotlib: pip install matplotlib") from e
+    records = read_jsonl_metrics(jsonl_path)
+    logged = list(dict.fromkeys(k for r in records for k in r if k not in ("step", "time")))
+    wanted = logged if keys is None else list(keys)
+    missing = [k for k in wanted if k not in logged]
+    if missing:
+        logger.warning("not plotting %s: never logged in %s", missing, jsonl_path)
+    present = [k for k in wanted if k in logged]
+    if not present:
+        raise ValueError(f"none of the keys {wanted} was logged in {jsonl_path}; logged keys: {logged}")
+
+    fig = Figure(figsize=(7, 2.4 * len(present)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(present), 1, squeeze=False, sharex=True)[:, 0]
+    for ax, key in zip(axes, present):
+        points = [(r["step"], r[key]) for r in records if r.get(key) is not None and "step" in r]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="." if len(points) < 50 else None)
+        ax.set_ylabel(key)
+        ax.grid(True, alpha=0.3)
+    axes[-1].set_xlabel("step")
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    return out_png

