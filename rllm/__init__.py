@@ -1,2 +1,62 @@
-"""rllm: train LLM agents with reinforcement learning."""
+"""rllm: train LLM agents with reinforcement learning.
+
+The public surface is importable from the top level (``rllm.AgentTrainer``, ``rllm.TrainConfig``,
+``rllm.Episode`` ...). Each name is imported on first use (PEP 562), so ``import rllm`` stays fast and
+does not load torch until something that needs it is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "AgentTrainer": "rllm.trainer.agent_trainer",
+    "TrainResult": "rllm.trainer.agent_trainer",
+    "TrainConfig": "rllm.trainer.config",
+    "Episode": "rllm.types",
+    "Trajectory": "rllm.types",
+    "Step": "rllm.types",
+    "TrainBatch": "rllm.types",
+    "SamplingParams": "rllm.inference.base",
+    "Outcome": "rllm.engine.context",
+    "load_config": "rllm.utils.config",
+}
+
+__all__ = [
+    "AgentTrainer",
+    "Episode",
+    "Outcome",
+    "SamplingParams",
+    "Step",
+    "TrainBatch",
+    "TrainConfig",
+    "TrainResult",
+    "Trajectory",
+    "__version__",
+    "load_config",
+]
+
+if TYPE_CHECKING:
+    from rllm.engine.context import Outcome
+    from rllm.inference.base import SamplingParams
+    from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
+    from rllm.trainer.config import TrainConfig
+    from rllm.types import Episode, Step, TrainBatch, Trajectory
+    from rllm.utils.config import load_config
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rllm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -44,7 +44,10 @@ class RolloutContext:
         if self.sampling.seed is not None and "seed" not in overrides:
             overrides["seed"] = self.sampling.seed + 7919 * self._calls
         self._calls += 1
-        return self.sampling.model_copy(update=overrides) if overrides else self.sampling
+        if not overrides:
+            return self.sampling
+        # Validated, not model_copy(update=...): a workflow's stop="..." must become a list, max_tokens=0 an error.
+        return SamplingParams.model_validate({**self.sampling.model_dump(), **overrides})
 
     async def complete(
         self, prompt_ids: list[int], *, trajectory: str = "default", messages: list[dict] | None = None,

@@ -49,6 +49,13 @@ def _as_outcome(result: Outcome | float | bool | None) -> Outcome:
     raise TypeError(f"a workflow must return an Outcome, a float or a bool, not {type(result).__name__}")
 
 
+def _failed(episode: Episode, exc: BaseException) -> Outcome:
+    """Record ``exc`` on ``episode`` (message and traceback) and return the ERROR outcome."""
+    episode.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    episode.info["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Outcome(termination_reason=TerminationReason.ERROR)
+
+
 class WorkflowEngine:
     """Runs a workflow over tasks, ``group_size`` attempts per task, many at once."""
 
@@ -97,13 +104,14 @@ class WorkflowEngine:
         try:
             result = await asyncio.wait_for(self.workflow(task, ctx), timeout=self.timeout_s)
             outcome = _as_outcome(result)
-        except asyncio.TimeoutError:
-            outcome = Outcome(termination_reason=TerminationReason.TIMEOUT)
-            episode.error = f"episode exceeded timeout_s={self.timeout_s}"
+        except asyncio.TimeoutError as exc:
+            if self.timeout_s is not None and time.perf_counter() - t0 >= self.timeout_s:
+                outcome = Outcome(termination_reason=TerminationReason.TIMEOUT)
+                episode.error = f"episode exceeded timeout_s={self.timeout_s}"
+            else:  # the flow's own TimeoutError (a tool or HTTP call), not our budget: an error like any other
+                outcome = _failed(episode, exc)
         except Exception as exc:  # the episode fails, the batch goes on
-            outcome = Outcome(termination_reason=TerminationReason.ERROR)
-            episode.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            episode.info["traceback"] = traceback.format_exc()
+            outcome = _failed(episode, exc)
         episode.trajectories = list(ctx.trajectories.values())
         for traj in episode.trajectories:
             traj.reward = outcome.trajectory_rewards.get(traj.name, outcome.reward)

@@ -10,7 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 class SamplingParams(BaseModel):
     """Sampling settings for one request. ``top_k=0`` and ``top_p=1.0`` switch those filters off;
     ``temperature=0`` is greedy. ``logprobs`` reported are under ``logits / temperature`` before top-k/top-p
-    filtering (the distribution the trainer recomputes), or the raw logits when greedy."""
+    filtering (the distribution the trainer recomputes), or the raw logits when greedy.
+
+    ``ignore_eos`` keeps sampling past the eos token until ``max_tokens`` (stop strings still apply), as
+    vLLM's option of the same name: a benchmarking knob that makes every row generate exactly
+    ``max_tokens`` tokens, not something to train with."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -21,6 +25,7 @@ class SamplingParams(BaseModel):
     stop: list[str] = Field(default_factory=list)
     n: int = Field(1, ge=1)
     seed: int | None = None
+    ignore_eos: bool = False
 
     @field_validator("stop", mode="before")
     @classmethod

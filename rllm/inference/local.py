@@ -63,6 +63,7 @@ class _Row:
     out_logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     text: str | None = None  # set early only when a stop string cut it
+    weight_version: int = 0  # the version that sampled this row (a sync may land before the caller wakes)
 
 
 class LocalEngine:
@@ -130,7 +131,7 @@ class LocalEngine:
                 logprobs=r.out_logprobs,
                 text=r.text or "",
                 finish_reason=r.finish_reason or "length",
-                weight_version=self.weight_version,
+                weight_version=r.weight_version,
             )
             for r in rows
         ]
@@ -170,6 +171,8 @@ class LocalEngine:
                 continue
             # Let the rows of requests submitted in the same event-loop tick join this batch.
             await asyncio.sleep(0)
+            # A request cancelled while it waited (its episode timed out) is not worth decoding.
+            self._pending = [r for r in self._pending if not r.done.done()]
             batch = self._pending[: self.max_batch_rows]
             self._pending = self._pending[self.max_batch_rows :]
             try:
@@ -187,6 +190,8 @@ class LocalEngine:
     @torch.inference_mode()
     def _run_batch(self, rows: list[_Row]) -> None:
         with self._weights_lock:
+            for r in rows:
+                r.weight_version = self.weight_version
             t0 = time.perf_counter()
             self._decode(rows)
             self.stats["decode_s"] += time.perf_counter() - t0
@@ -225,7 +230,7 @@ class LocalEngine:
                 r = rows[i]
                 r.out_ids.append(tok_list[pos])
                 r.out_logprobs.append(lp_list[pos])
-                if tok_list[pos] in eos:
+                if tok_list[pos] in eos and not r.params.ignore_eos:
                     r.finish_reason = "stop"
                 elif r.params.stop and self._hit_stop(r):
                     r.finish_reason = "stop"

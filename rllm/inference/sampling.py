@@ -22,8 +22,9 @@ def filter_top_k_top_p(logits_BV: torch.Tensor, top_k_B: torch.Tensor, top_p_B: 
     remove = ranks >= k
     probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
     # Mass strictly before each token; a token is dropped once the mass before it already reaches p.
+    # Rows with top_p >= 1 skip this: float rounding can bring a cumsum to 1.0 before a long tail ends.
     mass_before = torch.cumsum(probs, dim=-1) - probs
-    remove |= mass_before >= top_p_B.unsqueeze(1)
+    remove |= (mass_before >= top_p_B.unsqueeze(1)) & (top_p_B < 1.0).unsqueeze(1)
     remove[:, 0] = False
     sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     return torch.empty_like(logits_BV).scatter_(-1, sorted_idx, sorted_logits)

@@ -82,9 +82,11 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             "algorithm.loss.tis_cap corrects between trainer and rollout logprobs, so it needs "
             "backend.old_logprobs=recompute"
         )
-    if cfg.rollout.group_size < 2 and cfg.algorithm.advantage in ("grpo", "dr_grpo", "rloo"):
+    adv = cfg.algorithm.advantage
+    group_relative = sorted({*(adv.values() if isinstance(adv, dict) else [adv])} & {"grpo", "dr_grpo", "rloo"})
+    if cfg.rollout.group_size < 2 and group_relative:
         raise UnsupportedConfigError(
-            f"{cfg.algorithm.advantage} compares episodes within a group: set rollout.group_size >= 2"
+            f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
         )
     if cfg.rollout.temperature == 0:
         raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
@@ -105,6 +107,7 @@ class AgentTrainer:
         test_tasks: list[dict[str, Any]] | None = None,
     ) -> None:
         from rllm.data.builtin import make_tasks
+        from rllm.models import resolve_model
         from rllm.workflows.single_turn import SingleTurnWorkflow
 
         self.cfg = config
@@ -116,17 +119,18 @@ class AgentTrainer:
         if not self.train_tasks:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
         self.run_dir = Path(config.trainer.run_dir) / config.trainer.name
+        # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
+        # built-in model on first use) rather than after the run has begun loading things.
+        self.model_path = resolve_model(config.model.path)
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        from rllm.models import resolve_model
-
         cfg = self.cfg
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
         random.seed(cfg.trainer.seed)
         np.random.seed(cfg.trainer.seed)
-        model_path = resolve_model(cfg.model.path)
+        model_path = self.model_path
         device = pick_device(cfg.backend.device)
         self.engine = LocalEngine.from_pretrained(
             model_path, device=str(device), dtype=cfg.inference.dtype,

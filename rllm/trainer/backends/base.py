@@ -48,7 +48,7 @@ class TrainingBackend(ABC):
     @abstractmethod
     def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> list[list[float]]:
         """Per-token logprobs of each sequence under the current (or reference) policy, aligned with
-        ``input_ids`` (position 0 gets 0.0)."""
+        ``input_ids``: the logprob of token i given tokens < i at loss-masked positions, 0.0 elsewhere."""
 
     @abstractmethod
     def optim_step(self) -> dict[str, float]:

@@ -18,7 +18,6 @@ from rllm.algorithms.losses import (
     aggregate_loss,
     compute_policy_loss,
     entropy_from_logits,
-    token_logprobs_from_logits,
 )
 from rllm.inference.local import pick_device
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError
@@ -66,7 +65,6 @@ class LocalBackend(TrainingBackend):
         self.autocast_dtype = _autocast_dtype(cfg.backend.autocast, self.device)
         torch.manual_seed(cfg.trainer.seed)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-        model.config.use_cache = False
         self.lora = cfg.lora.enabled
         self._reference: torch.nn.Module | None = None
         if self.lora:
@@ -145,15 +143,36 @@ class LocalBackend(TrainingBackend):
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
-    def _logits(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
-        with self._autocast():
-            out = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], use_cache=False)
-        return out.logits[:, :-1]
+    def _response_logprobs(
+        self, model: torch.nn.Module, t: dict[str, torch.Tensor], *, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprob of each trained token given its prefix, as a ``[B, T-1]`` tensor aligned with
+        ``input_ids[:, 1:]`` (0 where the loss mask is 0), and the entropy there when asked.
 
-    def _shifted_logprobs(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logprob of token t+1 given tokens <= t, as a [B, T-1] tensor aligned with input_ids[:, 1:]."""
-        logits = self._logits(model, t)
-        return token_logprobs_from_logits(logits, t["input_ids"][:, 1:], self.cfg.rollout.temperature or 1.0)
+        The vocabulary projection runs only at loss-masked positions: prompt tokens need hidden states
+        but never logits, and the LM head is a fifth of a small model's compute.
+        """
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        mask = t["loss_mask"][:, 1:].bool()
+        with self._autocast():
+            hidden = base.get_decoder()(
+                input_ids=t["input_ids"], attention_mask=t["attention_mask"], use_cache=False
+            ).last_hidden_state
+            logits = base.get_output_embeddings()(hidden[:, :-1][mask])
+        logits = logits.float()
+        temperature = self.cfg.rollout.temperature or 1.0
+        if temperature != 1.0:
+            logits = logits / temperature
+        targets = t["input_ids"][:, 1:][mask]
+        lp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=-1)
+        index = mask.nonzero(as_tuple=True)
+        logprobs_BT = torch.zeros(mask.shape, dtype=lp.dtype, device=lp.device).index_put(index, lp)
+        entropy_BT = None
+        if with_entropy:
+            with torch.no_grad():
+                ent = entropy_from_logits(logits.detach().unsqueeze(0))[0]
+                entropy_BT = torch.zeros(mask.shape, dtype=ent.dtype, device=ent.device).index_put(index, ent)
+        return logprobs_BT, entropy_BT
 
     # ------------------------------------------------------------------ primitives
     @torch.no_grad()
@@ -166,7 +185,7 @@ class LocalBackend(TrainingBackend):
             for mb in self._micro_batches(batch):
                 t = self._pad(mb)
                 with self._reference_context(reference) as model:
-                    lp = self._shifted_logprobs(model, t)
+                    lp, _ = self._response_logprobs(model, t)
                 for row, s in enumerate(mb):
                     out[index[id(s)]] = [0.0] + lp[row, : len(s.input_ids) - 1].tolist()
         finally:
@@ -216,8 +235,7 @@ class LocalBackend(TrainingBackend):
 
             old = aligned(old_logprobs)
             ref = aligned(ref_logprobs)
-            logits = self._logits(self.model, t)
-            logprobs = token_logprobs_from_logits(logits, t["input_ids"][:, 1:], self.cfg.rollout.temperature or 1.0)
+            logprobs, entropy = self._response_logprobs(self.model, t, with_entropy=True)
             loss_BT, metrics = compute_policy_loss(
                 logprobs, old if old is not None else rollout_lp, adv, mask, loss,
                 rollout_logprobs=rollout_lp if loss.tis_cap is not None else None, ref_logprobs=ref,
@@ -230,14 +248,12 @@ class LocalBackend(TrainingBackend):
             total_loss += float(mb_loss.detach())
             with torch.no_grad():
                 n_tok = float(mask.sum())
-                entropy = entropy_from_logits(logits.detach())
                 metrics["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
                 metrics["trainer_rollout_logprob_diff"] = ((logprobs.detach() - rollout_lp).abs() * mask).sum() / mask.sum().clamp(min=1)
             # Token-weighted average of per-micro-batch metric means.
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * n_tok
             weight_total += n_tok
-            del logits
         out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
         out["train/loss"] = total_loss
         return out

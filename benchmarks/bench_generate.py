@@ -1,0 +1,257 @@
+"""Sampling throughput: rllm's LocalEngine vs Hugging Face ``model.generate``, same model, dtype and prompts.
+
+For each batch size B, both sample B chat-templated "which number is larger" questions at temperature 1.0
+(no top-k / top-p), each row producing exactly ``--max-new-tokens`` tokens (``ignore_eos`` for ours,
+``min_new_tokens`` for HF), so both do the same work. Tokens/s counts generated tokens only, with the
+prefill inside the timed region for both. One warm-up run per batch size, then ``--repeats`` timed runs;
+the median is reported. Each engine runs in its own subprocess, so peak RSS is its own.
+
+    python benchmarks/bench_generate.py                  # smollm2-135m, bf16, B = 1, 8, 32, 64 tokens
+    python benchmarks/bench_generate.py --dtype float32 --batch-sizes 1,8,32,64
+    python benchmarks/bench_generate.py --quick          # plumbing check: tiny model, 8 tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+from _common import (
+    RssSampler,
+    chat_prompt_ids,
+    machine_line,
+    markdown_table,
+    peak_rss_mb,
+    resolve_bench_model,
+    rss_mb,
+    run_worker,
+    set_threads,
+    write_result,
+)
+
+WORKERS = ("rllm", "hf")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--model", default="smollm2-135m", help="built-in name, model directory, hub id, or 'tiny'"
+    )
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float32", "float16"],
+        help="weight dtype of both engines",
+    )
+    p.add_argument(
+        "--batch-sizes", default="1,8,32", help="comma-separated batch sizes (rows decoded together)"
+    )
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per batch size, after one warm-up run")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", choices=WORKERS, default=None, help="run one engine only")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="plumbing check: tiny random model, B = 1 and 4, 8 tokens, 1 repeat",
+    )
+    p.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    p.add_argument("--result-file", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.quick:
+        args.model, args.batch_sizes, args.max_new_tokens, args.repeats = "tiny", "1,4", 8, 1
+    args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
+    return args
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def time_rllm(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, Any]:
+    from rllm.inference.base import SamplingParams
+    from rllm.inference.local import LocalEngine
+
+    engine = LocalEngine.from_pretrained(
+        args.model, device="cpu", dtype=args.dtype, max_batch_rows=max(args.batch_sizes), seed=args.seed
+    )
+
+    async def run_batch(b: int, seed: int) -> list[Any]:
+        calls = [
+            engine.generate(
+                prompts[i],
+                SamplingParams(
+                    temperature=1.0, max_tokens=args.max_new_tokens, ignore_eos=True, seed=seed + i
+                ),
+            )
+            for i in range(b)
+        ]
+        return [c for out in await asyncio.gather(*calls) for c in out]
+
+    def one_run(b: int, seed: int) -> float:
+        batches_before = engine.stats["batches"]
+        t0 = time.perf_counter()
+        completions = asyncio.run(run_batch(b, seed))
+        elapsed = time.perf_counter() - t0
+        lengths = {len(c.completion_ids) for c in completions}
+        if lengths != {args.max_new_tokens}:
+            raise RuntimeError(f"rllm generated lengths {lengths}, expected {args.max_new_tokens} each")
+        if engine.stats["batches"] - batches_before != 1:
+            # All rows must share one decode batch, or this is not a batch-B measurement.
+            raise RuntimeError(f"rllm split {b} rows over {engine.stats['batches'] - batches_before} batches")
+        return elapsed
+
+    return _time_all(args, one_run)
+
+
+def time_hf(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from rllm.inference.local import pick_dtype
+
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, dtype=pick_dtype(args.dtype, torch.device("cpu"))
+    )
+    model.eval()
+    pad_id = model.generation_config.pad_token_id
+    if pad_id is None:
+        pad_id = model.config.eos_token_id
+    gen_cfg = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.max_new_tokens,
+        pad_token_id=pad_id,
+        eos_token_id=model.generation_config.eos_token_id,
+        use_cache=True,
+    )
+
+    def one_run(b: int, seed: int) -> float:
+        rows = prompts[:b]
+        width = max(len(r) for r in rows)
+        # Left padding, as generation needs; same tensors the LocalEngine builds for its prefill.
+        input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+        attn = torch.zeros((b, width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, width - len(r) :] = torch.tensor(r)
+            attn[i, width - len(r) :] = 1
+        torch.manual_seed(seed)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen_cfg)
+        elapsed = time.perf_counter() - t0
+        if out.shape[1] - width != args.max_new_tokens:
+            raise RuntimeError(f"HF generated {out.shape[1] - width} tokens, expected {args.max_new_tokens}")
+        return elapsed
+
+    return _time_all(args, one_run)
+
+
+def _time_all(args: argparse.Namespace, one_run: Any) -> dict[str, Any]:
+    loaded_mb = rss_mb()
+    per_batch: dict[str, Any] = {}
+    with RssSampler() as sampler:
+        for b in args.batch_sizes:
+            one_run(b, args.seed)  # warm-up: allocator, oneDNN kernels, KV-cache growth paths
+            times = [one_run(b, args.seed + 1000 * (k + 1)) for k in range(args.repeats)]
+            tok = b * args.max_new_tokens
+            per_batch[str(b)] = {
+                "seconds": times,
+                "tok_per_s_median": tok / statistics.median(times),
+                "tok_per_s_best": tok / min(times),
+            }
+            print(
+                f"  B={b}: {per_batch[str(b)]['tok_per_s_median']:.1f} tok/s (median of {len(times)})",
+                flush=True,
+            )
+    return {"batches": per_batch, "rss_loaded_mb": loaded_mb, "rss_peak_timed_mb": sampler.peak_mb}
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    from transformers import AutoTokenizer
+
+    from rllm.data.builtin import make_tasks
+
+    threads = set_threads(args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    tasks = make_tasks("larger", "test", max(args.batch_sizes), seed=args.seed)
+    prompts = [chat_prompt_ids(tokenizer, t["question"]) for t in tasks]
+    timer = time_rllm if args.worker == "rllm" else time_hf
+    result = timer(args, prompts)
+    result.update(
+        threads=threads, peak_rss_mb=peak_rss_mb(), prompt_len_mean=statistics.mean(map(len, prompts))
+    )
+    write_result(args.result_file, result)
+
+
+# ---------------------------------------------------------------------------------------------- parent
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        worker_main(args)
+        return
+    model_path = resolve_bench_model(args.model)
+    common = [
+        "--model",
+        model_path,
+        "--dtype",
+        args.dtype,
+        "--batch-sizes",
+        ",".join(map(str, args.batch_sizes)),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--repeats",
+        str(args.repeats),
+        "--seed",
+        str(args.seed),
+    ]
+    if args.threads:
+        common += ["--threads", str(args.threads)]
+    workers = [args.only] if args.only else list(WORKERS)
+    results = {w: run_worker(__file__, w, common) for w in workers}
+
+    print(
+        f"\n## Generation throughput: {args.model}, {args.dtype}, {args.max_new_tokens} new tokens per row, "
+        f"temperature 1.0, median of {args.repeats} after 1 warm-up"
+    )
+    print(f"machine: {machine_line()}")
+    print(
+        "torch threads: "
+        + ", ".join(f"{w} {r['threads']}" for w, r in results.items())
+        + f"; mean prompt length {next(iter(results.values()))['prompt_len_mean']:.1f} tokens\n"
+    )
+    rows = []
+    for b in args.batch_sizes:
+        ours = results.get("rllm", {}).get("batches", {}).get(str(b), {}).get("tok_per_s_median")
+        hf = results.get("hf", {}).get("batches", {}).get(str(b), {}).get("tok_per_s_median")
+        rows.append(
+            [
+                str(b),
+                f"{ours:.1f}" if ours else "-",
+                f"{hf:.1f}" if hf else "-",
+                f"{ours / hf:.2f}x" if ours and hf else "-",
+            ]
+        )
+    print(markdown_table(["batch", "rllm tok/s", "HF generate tok/s", "rllm / HF"], rows))
+    print()
+    print(
+        markdown_table(
+            ["engine", "peak RSS MB (process)", "peak RSS MB (timed runs)", "RSS after load MB"],
+            [
+                [w, f"{r['peak_rss_mb']:.0f}", f"{r['rss_peak_timed_mb']:.0f}", f"{r['rss_loaded_mb']:.0f}"]
+                for w, r in results.items()
+            ],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""The ``rllm`` command line.
+
+    rllm train [CONFIG.yaml] [key=value ...]   train (defaults: built-in model and task, LoRA GRPO)
+    rllm train --help-config                   every config key with its type, default and meaning
+    rllm model pull smollm2-135m | list        fetch and list the built-in models
+    rllm version                               print the installed version
+
+Each subcommand stores its handler as ``args.func``; a handler takes the parsed arguments and returns the
+process exit code. Heavy imports (torch, transformers) happen inside handlers, so ``rllm --help`` is quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from rllm import __version__
+from rllm.cli.model_cmd import add_model_parser
+from rllm.cli.train_cmd import add_train_parser
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+# Libraries that log routine chatter at INFO (HTTP requests, file locks, adapter setup): warnings only.
+NOISY_LOGGERS = ("transformers", "httpx", "urllib3", "peft", "filelock", "huggingface_hub")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rllm", description="Train LLM agents with reinforcement learning.",
+    )
+    parser.add_argument("--version", action="version", version=f"rllm {__version__}")
+    parser.add_argument(
+        "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="{train,model,version}", required=True)
+    train = add_train_parser(subparsers)
+    # Also accepted after `train`; SUPPRESS keeps the subparser from overwriting `rllm --log-level X train`.
+    train.add_argument(
+        "--log-level", type=str.upper, choices=LOG_LEVELS, default=argparse.SUPPRESS,
+        help="logging level (default: INFO)",
+    )
+    add_model_parser(subparsers)
+    version = subparsers.add_parser("version", help="print the installed rllm version")
+    version.set_defaults(func=_run_version)
+    return parser
+
+
+def _run_version(args: argparse.Namespace) -> int:
+    print(f"rllm {__version__}")
+    return 0
+
+
+@contextmanager
+def console_logging(level: str) -> Iterator[None]:
+    """Log to stderr through rich at ``level`` for the duration of one command, then restore logging.
+
+    Restoring matters when ``main`` is called in-process (tests, notebooks): the root logger is left as
+    it was found.
+    """
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    root = logging.getLogger()
+    # stderr, so stdout carries only what a command prints (the summary, a model directory) for scripts.
+    handler = RichHandler(
+        console=Console(stderr=True), show_path=False, rich_tracebacks=True, log_time_format="[%X]"
+    )
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    saved_root_level = root.level
+    saved_levels = {name: logging.getLogger(name).level for name in NOISY_LOGGERS}
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved_root_level)
+        for name, saved in saved_levels.items():
+            logging.getLogger(name).setLevel(saved)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rllm`` command line on ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        with console_logging(args.log_level):
+            return args.func(args)
+    except KeyboardInterrupt:
+        print("rllm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

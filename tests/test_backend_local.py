@@ -1,0 +1,241 @@
+"""The local training backend on the tiny model: updates, micro-batching, weight sync to the engine,
+export, the KL reference, and save/load of the full training state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from rllm.algorithms.losses import LossConfig
+from rllm.inference.base import SamplingParams
+from rllm.inference.local import LocalEngine
+from rllm.trainer.backends.base import UnsupportedConfigError
+from rllm.trainer.backends.local import LocalBackend
+from rllm.trainer.config import TrainConfig
+from rllm.types import TrainBatch, TrainSequence
+from rllm.utils.config import load_config
+
+PAD_ID = 2
+PROMPTS = [[1, 520, 9531, 198, 4093], [1, 33, 216, 34], [1780, 314, 260, 1234, 42, 9, 77]]
+
+
+def _config(model_dir: Path, *overrides: str) -> TrainConfig:
+    base = [
+        f"model.path={model_dir}", "backend.device=cpu", "backend.autocast=none", "rollout.temperature=1.0",
+        "lora.rank=4", "lora.alpha=8", "optim.lr=0.01", "optim.grad_clip=null", "trainer.steps=10",
+    ]
+    return load_config(TrainConfig, None, base + list(overrides))
+
+
+def _backend(model_dir: Path, *overrides: str) -> LocalBackend:
+    return LocalBackend(_config(model_dir, *overrides), str(model_dir), pad_id=PAD_ID)
+
+
+def _batch(seed: int = 0, n: int = 8) -> TrainBatch:
+    """Sequences of different lengths with a prompt part, a masked-out hole and +-1 advantages."""
+    gen = torch.Generator().manual_seed(seed)
+    sequences = []
+    for i in range(n):
+        prompt_len = int(torch.randint(2, 6, (1,), generator=gen))
+        response_len = int(torch.randint(1, 7, (1,), generator=gen))
+        ids = torch.randint(3, 49152, (prompt_len + response_len,), generator=gen).tolist()
+        mask = [0] * prompt_len + [1] * response_len
+        if response_len > 2:
+            mask[prompt_len + 1] = 0  # a token spliced in by the environment
+        advantage = 1.0 if i % 2 == 0 else -1.0
+        sequences.append(TrainSequence(
+            input_ids=ids, loss_mask=mask,
+            rollout_logprobs=[-10.8 * m for m in mask], advantages=[advantage * m for m in mask],
+            group_id=f"g{i // 2}",
+        ))
+    return TrainBatch(sequences=sequences)
+
+
+def _flat(rows: list[list[float]]) -> torch.Tensor:
+    return torch.tensor([x for row in rows for x in row])
+
+
+def _grads(backend: LocalBackend) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
+
+
+def _params(backend: LocalBackend) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> LocalEngine:
+    """One float32 engine; every test that uses it first syncs its own backend's weights into it."""
+    return LocalEngine.from_pretrained(str(tiny_model_dir), device="cpu", dtype="float32")
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_step_changes_trainable_parameters(tiny_model_dir, lora: bool) -> None:
+    backend = _backend(tiny_model_dir, f"lora.enabled={str(lora).lower()}")
+    before = _params(backend)
+    metrics = backend.forward_backward(_batch(), LossConfig())
+    assert {"train/loss", "train/entropy", "train/clip_fraction", "train/ratio_mean"} <= set(metrics)
+    out = backend.optim_step()
+    assert out["train/grad_norm"] > 0 and out["train/lr"] == pytest.approx(0.01)
+    after = _params(backend)
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    if lora:
+        assert changed and all("lora_" in n for n in before)  # only adapters train
+        assert any("lora_B" in n for n in changed)
+    else:
+        assert len(changed) == len(before)
+    assert all(p.grad is None for p in backend.model.parameters())  # zeroed for the next step
+    assert backend.step == 1
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batching_gives_the_full_batch_gradient(tiny_model_dir, agg: str) -> None:
+    backend = _backend(tiny_model_dir, "lora.enabled=false", "backend.micro_batch_size=8")
+    batch, loss = _batch(seed=1), LossConfig(agg=agg)
+    # behaviour logprobs away from the current ones, so some ratios are clipped
+    old = [[0.0] + [-10.0 + 0.3 * (j % 3) for j in range(len(s.input_ids) - 1)] for s in batch.sequences]
+    big = backend.forward_backward(batch, loss, old_logprobs=old)
+    full = _grads(backend)
+    backend.optimizer.zero_grad(set_to_none=True)
+    backend.cfg = _config(tiny_model_dir, "lora.enabled=false", "backend.micro_batch_size=1")
+    small = backend.forward_backward(batch, loss, old_logprobs=old)
+    micro = _grads(backend)
+    assert full.keys() == micro.keys() and full
+    for name in full:
+        assert torch.allclose(full[name], micro[name], rtol=1e-4, atol=1e-7), name
+    assert small["train/loss"] == pytest.approx(big["train/loss"], rel=1e-5)
+    assert small["train/clip_fraction"] == pytest.approx(big["train/clip_fraction"], rel=1e-5)
+    assert 0 < big["train/clip_fraction"] < 1
+
+
+@torch.no_grad()
+def _greedy(model: torch.nn.Module, prompt: list[int], max_new: int) -> list[int]:
+    ids = list(prompt)
+    for _ in range(max_new):
+        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+        ids.append(int(logits.argmax()))
+    return ids[len(prompt):]
+
+
+def _completions_batch(completions) -> TrainBatch:
+    return TrainBatch(sequences=[
+        TrainSequence(
+            input_ids=c.prompt_ids + c.completion_ids,
+            loss_mask=[0] * len(c.prompt_ids) + [1] * len(c.completion_ids),
+            rollout_logprobs=[0.0] * len(c.prompt_ids) + c.logprobs,
+            advantages=[0.0] * (len(c.prompt_ids) + len(c.completion_ids)),
+        )
+        for c in completions
+    ])
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_weight_sync_engine_matches_backend(tiny_model_dir, engine, lora: bool) -> None:
+    backend = _backend(tiny_model_dir, f"lora.enabled={str(lora).lower()}", "optim.lr=0.05")
+    backend.sync_weights_to(engine)
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    before = [engine.generate_sync(p, greedy)[0].completion_ids for p in PROMPTS]
+    for step in range(2):  # the second sync of a LoRA run sends only the adapted weights
+        backend.forward_backward(_batch(seed=step), LossConfig())
+        backend.optim_step()
+        backend.sync_weights_to(engine)
+        assert engine.weight_version == backend.step == step + 1
+    backend.model.eval()
+    after = [engine.generate_sync(p, greedy)[0].completion_ids for p in PROMPTS]
+    assert after != before  # the update reached the engine
+    assert after == [_greedy(backend.model, p, 8) for p in PROMPTS]
+    # sampled tokens: the engine's logprobs are the trainer's within float32 noise
+    sampled = [engine.generate_sync(p, SamplingParams(temperature=1.0, max_tokens=6, seed=i))[0]
+               for i, p in enumerate(PROMPTS)]
+    batch = _completions_batch(sampled)
+    trainer_lp = backend.compute_logprobs(batch)
+    for c, lp in zip(sampled, trainer_lp):
+        assert len(lp) == len(c.prompt_ids) + len(c.completion_ids) and lp[0] == 0.0
+        assert torch.allclose(torch.tensor(lp[len(c.prompt_ids):]), torch.tensor(c.logprobs), atol=1e-4, rtol=0)
+        assert c.weight_version == 2
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_export_model_matches_backend(tiny_model_dir, tmp_path, lora: bool) -> None:
+    backend = _backend(tiny_model_dir, f"lora.enabled={str(lora).lower()}", "optim.lr=0.05")
+    backend.forward_backward(_batch(), LossConfig())
+    backend.optim_step()
+    backend.export_model(tmp_path / "export")
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32).eval()
+    assert exported.config.use_cache  # a served model decodes with a KV cache
+    assert not (tmp_path / "export" / "adapter_config.json").exists()  # LoRA merged, standalone
+    ids = torch.tensor([PROMPTS[2]])
+    backend.model.eval()
+    with torch.no_grad():
+        expected = backend.model(input_ids=ids, use_cache=False).logits
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)(input_ids=ids).logits
+        got = exported(input_ids=ids).logits
+    assert not torch.allclose(expected, base, atol=1e-3)  # the step changed the model
+    assert torch.allclose(got, expected, atol=1e-4, rtol=0)
+
+
+def test_kl_reference_full_finetune(tiny_model_dir) -> None:
+    batch = _batch()
+    plain = _backend(tiny_model_dir, "lora.enabled=false")
+    assert plain._reference is None  # no second copy of the model when the KL term is off
+    with pytest.raises(UnsupportedConfigError, match="kl_coef > 0"):
+        plain.compute_logprobs(batch, reference=True)
+    initial = plain.compute_logprobs(batch)
+
+    backend = _backend(tiny_model_dir, "lora.enabled=false", "algorithm.loss.kl_coef=0.1")
+    assert backend._reference is not None
+    assert not any(p.requires_grad for p in backend._reference.parameters())
+    ref = backend.compute_logprobs(batch, reference=True)
+    metrics = backend.forward_backward(batch, LossConfig(kl_coef=0.1), ref_logprobs=ref)
+    assert metrics["train/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before a step
+    backend.optim_step()
+    assert backend.compute_logprobs(batch, reference=True) == ref == initial  # the reference stays put
+    assert backend.compute_logprobs(batch) != ref
+
+
+def test_kl_reference_lora_disables_the_adapter(tiny_model_dir) -> None:
+    batch = _batch()
+    backend = _backend(tiny_model_dir, "algorithm.loss.kl_coef=0.1", "optim.lr=0.05")
+    assert backend._reference is None  # LoRA's reference is the base model under disable_adapter
+    initial = backend.compute_logprobs(batch)
+    backend.forward_backward(batch, LossConfig())
+    backend.optim_step()
+    ref = backend.compute_logprobs(batch, reference=True)
+    policy = backend.compute_logprobs(batch)
+    assert torch.allclose(_flat(ref), _flat(initial), atol=1e-5)
+    assert not torch.allclose(_flat(policy), _flat(ref), atol=1e-3)
+    assert backend.model.training  # compute_logprobs restores train mode
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_save_and_load_state_round_trip(tiny_model_dir, tmp_path, lora: bool) -> None:
+    flag = f"lora.enabled={str(lora).lower()}"
+    a = _backend(tiny_model_dir, flag, "optim.schedule=cosine", "optim.warmup_steps=1")
+    for seed in range(2):
+        a.forward_backward(_batch(seed), LossConfig())
+        a.optim_step()
+    a.save_state(tmp_path / "ckpt")
+    torch.manual_seed(123)  # the loaded state must bring the RNG back too
+
+    b = _backend(tiny_model_dir, flag, "optim.schedule=cosine", "optim.warmup_steps=1")
+    b.load_state(tmp_path / "ckpt")
+    assert b.step == 2
+    assert b.scheduler.state_dict()["last_epoch"] == a.scheduler.state_dict()["last_epoch"]
+    assert b.optimizer.param_groups[0]["lr"] == a.optimizer.param_groups[0]["lr"]
+    pa, pb = _params(a), _params(b)
+    assert pa.keys() == pb.keys()
+    assert all(torch.equal(pa[n], pb[n]) for n in pa)
+    sa, sb = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
+    assert sa.keys() == sb.keys() and sa
+    for k in sa:
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(sa[k][name], sb[k][name]), (k, name)
+    # the same next step from both gives the same parameters (moments and schedule restored)
+    for backend in (a, b):
+        backend.forward_backward(_batch(seed=5), LossConfig())
+        backend.optim_step()
+    pa, pb = _params(a), _params(b)
+    assert all(torch.equal(pa[n], pb[n]) for n in pa)

@@ -1,0 +1,124 @@
+"""Token selection on hand-made logits: filters, greedy rows, reported logprobs, seeded generators."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rllm.inference.sampling import filter_top_k_top_p, sample_tokens
+
+NEG_INF = float("-inf")
+
+
+def _gens(n: int, seed: int = 0) -> list[torch.Generator]:
+    return [torch.Generator().manual_seed(seed + i) for i in range(n)]
+
+
+def _probs_logits(*probs: float) -> torch.Tensor:
+    return torch.tensor([probs]).log()
+
+
+def test_top_k_1_keeps_only_the_argmax() -> None:
+    logits = torch.tensor([[0.1, 3.0, -1.0, 2.9], [5.0, 0.0, 0.0, 4.0]])
+    out = filter_top_k_top_p(logits, torch.tensor([1, 1]), torch.tensor([1.0, 1.0]))
+    assert out[0].tolist() == [NEG_INF, 3.0, NEG_INF, NEG_INF]
+    assert out[1].tolist() == [5.0, NEG_INF, NEG_INF, NEG_INF]
+
+
+def test_top_k_keeps_k_largest_and_zero_disables() -> None:
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.0], [0.0, 3.0, 1.0, 2.0]])
+    out = filter_top_k_top_p(logits, torch.tensor([2, 0]), torch.tensor([1.0, 1.0]))
+    assert out[0].tolist() == [NEG_INF, 3.0, NEG_INF, 2.0]
+    assert torch.equal(out[1], logits[1])
+
+
+def test_top_p_keeps_the_nucleus() -> None:
+    # sorted probs 0.5, 0.3, 0.15, 0.05: p=0.7 needs 0.5 + 0.3 (the token that crosses is kept)
+    logits = _probs_logits(0.15, 0.5, 0.05, 0.3)
+    out = filter_top_k_top_p(logits, torch.tensor([0]), torch.tensor([0.7]))
+    assert torch.isfinite(out[0]).tolist() == [False, True, False, True]
+    # p just above 0.8 also needs the third token; p <= 0.5 keeps only the top one
+    out = filter_top_k_top_p(logits, torch.tensor([0]), torch.tensor([0.81]))
+    assert torch.isfinite(out[0]).tolist() == [True, True, False, True]
+    out = filter_top_k_top_p(logits, torch.tensor([0]), torch.tensor([0.3]))
+    assert torch.isfinite(out[0]).tolist() == [False, True, False, False]
+    assert torch.equal(out[0, 1], logits[0, 1])  # kept logits are unchanged
+
+
+def test_top_p_one_keeps_every_token_even_with_a_long_tail() -> None:
+    # A very peaked row: float cumsum reaches 1.0 before the tail; top_p=1 must still keep the tail.
+    logits = torch.cat([torch.tensor([[40.0]]), torch.zeros(1, 999)], dim=1)
+    other = torch.zeros(1, 1000)
+    out = filter_top_k_top_p(torch.cat([logits, other]), torch.tensor([0, 5]), torch.tensor([1.0, 1.0]))
+    assert torch.isfinite(out[0]).all()
+    assert int(torch.isfinite(out[1]).sum()) == 5
+
+
+def test_top_k_and_top_p_combine_on_the_renormalised_top_k() -> None:
+    # top-2 of (0.4, 0.3, 0.2, 0.1) renormalised is (4/7, 3/7); p=0.5 then keeps only the first.
+    logits = _probs_logits(0.4, 0.3, 0.2, 0.1)
+    out = filter_top_k_top_p(logits, torch.tensor([2]), torch.tensor([0.5]))
+    assert torch.isfinite(out[0]).tolist() == [True, False, False, False]
+
+
+def test_greedy_rows_report_log_softmax_of_argmax() -> None:
+    logits = torch.tensor([[1.0, 4.0, 2.0], [0.0, -1.0, 3.0]])
+    tokens, logprobs = sample_tokens(
+        logits, torch.tensor([0.0, 0.0]), torch.tensor([0, 0]), torch.tensor([1.0, 1.0]), _gens(2)
+    )
+    assert tokens.tolist() == [1, 2]
+    expected = torch.log_softmax(logits, dim=-1)[[0, 1], [1, 2]]
+    assert torch.allclose(logprobs, expected)
+
+
+def test_logprob_is_of_the_unfiltered_temperature_scaled_distribution() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]])
+    temperature = 0.7
+    tokens, logprobs = sample_tokens(
+        logits, torch.tensor([temperature]), torch.tensor([1]), torch.tensor([1.0]), _gens(1)
+    )
+    assert tokens.tolist() == [0]  # top-k 1 leaves only the argmax
+    expected = torch.log_softmax(logits / temperature, dim=-1)[0, 0]
+    assert math.isclose(float(logprobs[0]), float(expected), rel_tol=1e-6)
+    assert float(logprobs[0]) < 0  # not log(1) of the filtered distribution
+
+
+def test_filtered_tokens_are_never_sampled() -> None:
+    logits = torch.zeros(1, 50)
+    logits[0, 7] = logits[0, 9] = 1.0
+    for seed in range(50):
+        tokens, _ = sample_tokens(
+            logits, torch.tensor([2.0]), torch.tensor([2]), torch.tensor([1.0]), _gens(1, seed)
+        )
+        assert int(tokens[0]) in (7, 9)
+
+
+def test_mixed_rows_use_their_own_settings() -> None:
+    logits = torch.tensor([[0.0, 2.0, 1.0], [0.0, 2.0, 1.0]])
+    for seed in range(20):
+        tokens, logprobs = sample_tokens(
+            logits, torch.tensor([0.0, 1.0]), torch.tensor([0, 1]), torch.tensor([1.0, 1.0]), _gens(2, seed)
+        )
+        assert tokens.tolist() == [1, 1]
+        assert torch.allclose(logprobs, torch.log_softmax(logits, dim=-1)[:, 1])
+
+
+def test_seeded_generators_are_reproducible() -> None:
+    logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
+    args = (torch.full((4,), 1.0), torch.zeros(4, dtype=torch.long), torch.full((4,), 0.95))
+    a = sample_tokens(logits, *args, _gens(4, seed=1))
+    b = sample_tokens(logits, *args, _gens(4, seed=1))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    draws = {tuple(sample_tokens(logits, *args, _gens(4, seed=s))[0].tolist()) for s in range(5)}
+    assert len(draws) > 1
+
+
+def test_sampling_follows_the_distribution() -> None:
+    logits = _probs_logits(0.7, 0.2, 0.1)
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.zeros(3)
+    for _ in range(2000):
+        tokens, _ = sample_tokens(logits, torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), [gen])
+        counts[tokens[0]] += 1
+    assert torch.allclose(counts / counts.sum(), torch.tensor([0.7, 0.2, 0.1]), atol=0.04)

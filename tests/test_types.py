@@ -1,0 +1,130 @@
+"""The data model: validation at construction, JSON round trips, derived properties."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from rllm.types import Episode, Step, TerminationReason, TrainBatch, TrainSequence, Trajectory
+
+
+def _step(**overrides) -> Step:
+    return Step(**{"prompt_ids": [1, 2, 3], "response_ids": [4, 5], "logprobs": [-0.5, -1.0], **overrides})
+
+
+# --- Step ------------------------------------------------------------------------------------------
+
+
+def test_step_default_mask_is_all_ones() -> None:
+    assert _step().response_mask == [1, 1]
+    assert Step(prompt_ids=[1], response_ids=[], logprobs=[]).response_mask == []
+
+
+def test_step_needs_one_logprob_per_response_token() -> None:
+    with pytest.raises(ValidationError, match="one logprob per response token"):
+        _step(logprobs=[-0.5])
+    with pytest.raises(ValidationError, match="one logprob per response token"):
+        _step(logprobs=[-0.5, -1.0, -2.0])
+
+
+def test_step_mask_length_and_values() -> None:
+    assert _step(response_mask=[0, 1]).response_mask == [0, 1]
+    with pytest.raises(ValidationError, match="must match response_ids in length"):
+        _step(response_mask=[1])
+    with pytest.raises(ValidationError, match="only 0 and 1"):
+        _step(response_mask=[1, 2])
+
+
+def test_step_rejects_unknown_fields() -> None:
+    with pytest.raises(ValidationError):
+        _step(respones_ids=[1])
+
+
+def test_step_truncated_follows_finish_reason() -> None:
+    assert _step(finish_reason="length").truncated
+    assert not _step(finish_reason="stop").truncated
+    assert not _step().truncated
+
+
+# --- Episode / Trajectory --------------------------------------------------------------------------
+
+
+def _episode() -> Episode:
+    solver = Trajectory(
+        name="solver",
+        steps=[
+            _step(messages=[{"role": "user", "content": "2+2?"}], response_text="4", finish_reason="stop",
+                  reward=1.0, advantage=0.5, weight_version=3, info={"k": [1, 2]}),
+            _step(response_mask=[0, 1], finish_reason="length"),
+        ],
+        reward=1.0,
+    )
+    judge = Trajectory(name="judge", steps=[_step()], reward=0.0, info={"verdict": "ok"})
+    return Episode(
+        task_id="t1", task={"question": "2+2?", "answer": "4"}, trajectories=[solver, judge], reward=1.0,
+        is_correct=True, termination_reason=TerminationReason.MAX_RESPONSE_LENGTH, attempt=2,
+        metrics={"episode_time_s": 0.25}, info={"note": "x"},
+    )
+
+
+def test_episode_json_round_trip() -> None:
+    episode = _episode()
+    again = Episode.model_validate_json(episode.model_dump_json())
+    assert again == episode
+    assert again.termination_reason is TerminationReason.MAX_RESPONSE_LENGTH
+    assert again.trajectories[0].steps[1].response_mask == [0, 1]
+
+
+def test_trajectory_json_round_trip() -> None:
+    traj = _episode().trajectories[0]
+    assert Trajectory.model_validate_json(traj.model_dump_json()) == traj
+
+
+def test_episode_ids_are_unique() -> None:
+    assert Episode(task_id="a").id != Episode(task_id="a").id
+
+
+def test_termination_reasons() -> None:
+    assert {r.value for r in TerminationReason} == {
+        "env_done", "max_turns", "max_response_length", "timeout", "error",
+    }
+    ep = Episode(task_id="t")
+    assert ep.termination_reason is TerminationReason.ENV_DONE
+    assert not ep.failed and not ep.truncated
+    for reason in (TerminationReason.ERROR, TerminationReason.TIMEOUT):
+        assert Episode(task_id="t", termination_reason=reason).failed
+    assert Episode(task_id="t", termination_reason="max_response_length").truncated
+    # A truncated step makes the episode truncated even when the flow reported a normal end.
+    cut = Episode(task_id="t", trajectories=[Trajectory(steps=[_step(finish_reason="length")])])
+    assert cut.truncated and not cut.failed
+    with pytest.raises(ValidationError):
+        Episode(task_id="t", termination_reason="crashed")
+
+
+# --- TrainSequence / TrainBatch --------------------------------------------------------------------
+
+
+def _sequence(**overrides) -> TrainSequence:
+    fields = {
+        "input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1], "rollout_logprobs": [0.0, 0.0, -0.1, -0.2],
+        "advantages": [0.0, 0.0, 1.0, 1.0],
+    }
+    return TrainSequence(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize("field", ["loss_mask", "rollout_logprobs", "advantages"])
+def test_train_sequence_needs_one_entry_per_token(field: str) -> None:
+    good = getattr(_sequence(), field)
+    with pytest.raises(ValidationError, match=f"TrainSequence.{field} must have one entry per token"):
+        _sequence(**{field: good[:-1]})
+
+
+def test_train_batch_counts() -> None:
+    batch = TrainBatch(sequences=[_sequence(), _sequence(input_ids=[1, 2], loss_mask=[0, 1],
+                                                         rollout_logprobs=[0.0, -1.0], advantages=[0.0, -1.0])])
+    assert len(batch) == 2
+    assert batch.num_tokens == 6
+    assert batch.num_response_tokens == 3
+    assert TrainBatch.model_validate_json(batch.model_dump_json()) == batch
+    with pytest.raises(ValidationError):
+        TrainBatch(sequences=[], extra_field=1)
