@@ -54,11 +54,13 @@ def sample_tokens(
     else:
         filtered = scaled
     probs_BV = torch.softmax(filtered, dim=-1)
-    tokens = torch.empty(logits_BV.shape[0], dtype=torch.long, device=logits_BV.device)
-    for i, gen in enumerate(generators):
-        if greedy_B[i]:
-            tokens[i] = torch.argmax(logits_BV[i])
-        else:
-            tokens[i] = torch.multinomial(probs_BV[i], 1, generator=gen)[0]
+    # Inverse-CDF sampling, vectorised over rows: each row draws one uniform number from its own
+    # generator (so a seeded row is reproducible whatever shares its batch). float64 keeps the CDF
+    # exact enough over a 50k+ vocabulary; right=True never lands on a zero-probability token.
+    uniform_B = torch.stack([torch.rand((), generator=g, device=g.device) for g in generators])
+    cdf_BV = torch.cumsum(probs_BV.double(), dim=-1)
+    target_B1 = (uniform_B.to(cdf_BV.device).double() * cdf_BV[:, -1]).unsqueeze(1)
+    sampled_B = torch.searchsorted(cdf_BV, target_B1, right=True).squeeze(1).clamp(max=logits_BV.shape[-1] - 1)
+    tokens = torch.where(greedy_B, logits_BV.argmax(dim=-1), sampled_B)
     chosen = logprobs_BV.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens, chosen

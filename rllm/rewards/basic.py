@@ -22,3 +22,19 @@ def number_match(text: str, answer: str | int | float) -> bool:
         return float(got) == float(answer)
     except ValueError:
         return False
+
+
+def single_number_match(text: str, answer: str | int | float) -> bool:
+    """True when ``text`` contains exactly one number and it equals ``answer``.
+
+    For prompts that ask for "just the number": "52", "52." and "The larger number is 52." pass;
+    "37 is smaller than 52" and degenerate repetition ("52 or 52 or 52") do not, so a policy cannot
+    collect reward by listing candidates or by padding its answer with numbers.
+    """
+    found = _NUMBER.findall(text.replace(",", ""))
+    if len(found) != 1:
+        return False
+    try:
+        return float(found[0]) == float(answer)
+    except ValueError:
+        return False

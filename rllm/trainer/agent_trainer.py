@@ -8,6 +8,8 @@ inference engine, log, checkpoint. Backends hide *how* a step runs, never *what*
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import json
 import logging
 import random
 import time
@@ -39,10 +41,12 @@ from rllm.utils.metrics import MetricsLogger, build_sinks, summarize
 
 logger = logging.getLogger(__name__)
 
-CONSOLE_KEYS = [
-    "reward/mean", "accuracy", "response_len/mean", "train/clip_fraction", "train/entropy",
-    "train/grad_norm", "time/step_s", "eval/accuracy",
-]
+# metric -> console column label
+CONSOLE_KEYS = {
+    "reward/mean": "reward", "accuracy": "acc", "response_len/mean": "resp_len", "train/entropy": "entropy",
+    "train/clip_fraction": "clip_frac", "train/approx_kl": "kl", "train/grad_norm": "grad_norm",
+    "time/step_s": "step_s", "time/eta_s": "eta_s", "eval/accuracy": "eval_acc",
+}
 
 
 @dataclass
@@ -75,6 +79,11 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             "lora.dropout > 0 with backend.gradient_checkpointing=true recomputes different dropout masks in "
             "backward: set lora.dropout=0 or backend.gradient_checkpointing=false"
         )
+    if cfg.backend.share_prefix and cfg.backend.gradient_checkpointing:
+        raise UnsupportedConfigError(
+            "backend.share_prefix keeps the prompt's KV cache for the backward pass, which gradient checkpointing "
+            "cannot: set backend.share_prefix=false or backend.gradient_checkpointing=false"
+        )
     if cfg.backend.old_logprobs == "recompute" and not capabilities.recompute_old_logprobs:
         raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout")
     if loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
@@ -90,6 +99,12 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         )
     if cfg.rollout.temperature == 0:
         raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
+    for sink, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+        if sink in cfg.trainer.loggers and importlib.util.find_spec(module) is None:
+            raise UnsupportedConfigError(
+                f"trainer.loggers names {sink} but it is not installed: pip install 'rllm[{sink}]' "
+                f"(or drop it from trainer.loggers)"
+            )
 
 
 class AgentTrainer:
@@ -215,8 +230,7 @@ class AgentTrainer:
         else:
             # No group carried signal: nothing to learn from, but the step (and data position) still advance.
             logger.info("step %d: every group was filtered out; skipping the update", step)
-            self.backend.step += 1
-            self.backend.scheduler.step()
+            self.backend.skip_step()
             metrics["train/skipped"] = 1.0
         metrics["time/train_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
@@ -245,15 +259,19 @@ class AgentTrainer:
                 self.backend.load_state(ckpt)
                 state = load_loop_state(ckpt)
                 start_step, eval_history = state["step"], state["eval_history"]
+                _drop_metrics_after(self.run_dir / "metrics.jsonl", start_step)
                 self.backend.sync_weights_to(self.engine)
                 logger.info("resumed from %s at step %d", ckpt, start_step)
             elif cfg.eval.before:
                 ev = self.evaluate(0)
                 eval_history.append({"step": 0, **ev})
                 metrics_logger.log(0, ev)
+            t_loop = time.perf_counter()
             for step in range(start_step, cfg.trainer.steps):
                 metrics = self.train_step(step)
                 done = step + 1
+                per_step = (time.perf_counter() - t_loop) / (done - start_step)
+                metrics["time/eta_s"] = per_step * (cfg.trainer.steps - done)
                 if cfg.eval.every_steps and done % cfg.eval.every_steps == 0 and done < cfg.trainer.steps:
                     ev = self.evaluate(done)
                     eval_history.append({"step": done, **ev})
@@ -298,6 +316,22 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
         out[f"termination/{reason}"] = n / len(episodes)
     out["episodes/failed"] = float(sum(e.failed for e in episodes))
     return out
+
+
+def _drop_metrics_after(path: Path, step: int) -> None:
+    """On resume, forget metric lines a killed run wrote after its last checkpoint (they are redone)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                kept.append(line)
+        except json.JSONDecodeError:  # a line cut by the kill
+            continue
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(k + "\n" for k in kept))
+    tmp.replace(path)
 
 
 def _try_plot(run_dir: Path) -> None:

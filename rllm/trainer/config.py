@@ -56,6 +56,11 @@ class BackendConfig(_Section):
     )
     micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward pass (gradients accumulate).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    share_prefix: bool = Field(
+        True,
+        description="Run each distinct prompt once per micro-batch and only the answers per sequence (exact; "
+        "a group of G answers costs one prompt instead of G). Needs gradient_checkpointing=false.",
+    )
     old_logprobs: Literal["rollout", "recompute"] = Field(
         "rollout",
         description="Behaviour logprobs for the ratio: the inference engine's ('rollout') or a trainer forward "
@@ -120,9 +125,9 @@ class TrainerConfig(_Section):
     resume: bool = Field(False, description="Continue from the latest checkpoint in the run directory.")
     checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, gt=0, description="How many step checkpoints to keep.")
-    loggers: list[str] = Field(
+    loggers: list[Literal["console", "jsonl", "tensorboard", "wandb"]] = Field(
         default_factory=lambda: ["console", "jsonl"],
-        description="Metric sinks: console, jsonl, tensorboard, wandb.",
+        description="Metric sinks: console, jsonl, tensorboard (needs rllm[tensorboard]), wandb (needs rllm[wandb]).",
     )
     plot: bool = Field(True, description="Write metrics.png (reward/accuracy curves) at the end, if matplotlib is installed.")
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")

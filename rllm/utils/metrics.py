@@ -189,8 +189,10 @@ class ConsoleSink:
         keys: list[str] | None = None,
         console: Console | None = None,
         header_every: int = 20,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.keys = list(keys) if keys is not None else None
+        self.labels = dict(labels or {})
         self.console = console if console is not None else Console()
         self.header_every = header_every
         self._columns: list[str] | None = None
@@ -203,11 +205,14 @@ class ConsoleSink:
         self._columns = columns
         self._rows_since_header = 0 if show_header else self._rows_since_header
         table = Table(show_header=show_header, box=None, pad_edge=False, header_style="bold")
-        table.add_column("step", justify="right", width=7, no_wrap=True)
-        for key in columns:  # fixed widths keep rows from different calls aligned
-            table.add_column(key, justify="right", width=max(len(key), 10), no_wrap=True)
+        table.add_column("step", justify="right", width=6, no_wrap=True)
+        widths = [max(len(self.labels.get(k, k)), 8) for k in columns]
+        for key, width in zip(columns, widths):  # fixed widths keep rows from different calls aligned
+            table.add_column(self.labels.get(key, key), justify="right", width=width, no_wrap=True)
         table.add_row(str(step), *(_format_value(values[k]) if k in values else "-" for k in columns))
-        self.console.print(table)
+        # Never let a narrow (or non-tty, 80-column) console squeeze the columns into ellipses.
+        needed = 7 + sum(w + 1 for w in widths)
+        self.console.print(table, width=max(self.console.width, needed))
         self._rows_since_header += 1
 
     def close(self) -> None:
@@ -260,7 +265,7 @@ def build_sinks(
     run_name: str,
     config: dict[str, Any],
     *,
-    console_keys: list[str] | None = None,
+    console_keys: list[str] | dict[str, str] | None = None,
     wandb_project: str = "rllm",
     wandb_mode: str = "offline",
 ) -> list[MetricsSink]:
@@ -284,7 +289,10 @@ def build_sinks(
     try:
         for name in wanted:
             if name == "console":
-                sinks.append(ConsoleSink(console_keys))
+                if isinstance(console_keys, dict):  # metric key -> short column label
+                    sinks.append(ConsoleSink(list(console_keys), labels=console_keys))
+                else:
+                    sinks.append(ConsoleSink(console_keys))
             elif name == "jsonl":
                 sinks.append(JsonlSink(run_dir / "metrics.jsonl"))
             elif name == "tensorboard":

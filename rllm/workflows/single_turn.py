@@ -6,13 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm.engine.context import Outcome, RolloutContext
-from rllm.rewards.basic import number_match
+from rllm.rewards.basic import single_number_match
 
 RewardFn = Callable[[dict[str, Any], str], "float | bool | Outcome"]
 
 
 def number_reward(task: dict[str, Any], response: str) -> Outcome:
-    correct = number_match(response, task["answer"])
+    """Reward of the built-in tasks: 1 when the reply states exactly one number and it is the answer."""
+    correct = single_number_match(response, task["answer"])
     return Outcome(reward=float(correct), is_correct=correct)
 
 

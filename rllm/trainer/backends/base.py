@@ -55,6 +55,10 @@ class TrainingBackend(ABC):
         """Clip gradients, take one optimizer step, zero gradients; return grad_norm and lr."""
 
     @abstractmethod
+    def skip_step(self) -> None:
+        """Advance the step counter and LR schedule without an update (a step with nothing to learn)."""
+
+    @abstractmethod
     def sync_weights_to(self, engine: Any) -> None:
         """Make ``engine`` sample from the current weights (and bump its weight version)."""
 

@@ -6,12 +6,14 @@ import contextlib
 import logging
 import math
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.cache_utils import DynamicCache
 
 from rllm.algorithms.losses import (
     LossConfig,
@@ -116,7 +118,9 @@ class LocalBackend(TrainingBackend):
     # ------------------------------------------------------------------ tensors
     def _micro_batches(self, batch: TrainBatch) -> list[list[TrainSequence]]:
         # Sorting by length keeps padding low; order inside an optimizer step does not change the gradient.
-        seqs = sorted(batch.sequences, key=lambda s: len(s.input_ids))
+        # Sorting by (prompt, length) keeps padding low and puts a group's answers, which share their
+        # prompt, in the same micro-batch; order inside an optimizer step does not change the gradient.
+        seqs = sorted(batch.sequences, key=lambda s: (s.input_ids[: s.loss_mask.index(1) if 1 in s.loss_mask else 0], len(s.input_ids)))
         mb = self.cfg.backend.micro_batch_size
         return [seqs[i : i + mb] for i in range(0, len(seqs), mb)]
 
@@ -155,10 +159,13 @@ class LocalBackend(TrainingBackend):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         mask = t["loss_mask"][:, 1:].bool()
         with self._autocast():
-            hidden = base.get_decoder()(
-                input_ids=t["input_ids"], attention_mask=t["attention_mask"], use_cache=False
-            ).last_hidden_state
-            logits = base.get_output_embeddings()(hidden[:, :-1][mask])
+            if self.cfg.backend.share_prefix and (hidden_N := self._shared_prefix_hidden(base, t)) is not None:
+                logits = base.get_output_embeddings()(hidden_N)
+            else:
+                hidden = base.get_decoder()(
+                    input_ids=t["input_ids"], attention_mask=t["attention_mask"], use_cache=False
+                ).last_hidden_state
+                logits = base.get_output_embeddings()(hidden[:, :-1][mask])
         logits = logits.float()
         temperature = self.cfg.rollout.temperature or 1.0
         if temperature != 1.0:
@@ -173,6 +180,58 @@ class LocalBackend(TrainingBackend):
                 ent = entropy_from_logits(logits.detach().unsqueeze(0))[0]
                 entropy_BT = torch.zeros(mask.shape, dtype=ent.dtype, device=ent.device).index_put(index, ent)
         return logprobs_BT, entropy_BT
+
+    def _shared_prefix_hidden(self, base: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Hidden states predicting each loss-masked token, computing each distinct prompt only once.
+
+        The G answers of a GRPO group share their prompt token for token. Row b's prefix is
+        ``input_ids[b, :p_b]`` with ``p_b`` = (first trained position) - 1; distinct prefixes run once
+        (left-padded, with grad), their KV cache is indexed out to every row, and only the suffixes
+        ``input_ids[b, p_b:]`` run per row. Gradients flow back through the cache into the prefix pass,
+        so the result equals the flat forward up to float rounding, at a fraction of the tokens.
+        Returns None when nothing is shared (then the flat path is as cheap).
+        """
+        ids, attn, loss_mask = t["input_ids"], t["attention_mask"], t["loss_mask"]
+        lengths = attn.sum(dim=1).tolist()
+        first = loss_mask.argmax(dim=1).tolist()
+        pre_len = [f - 1 for f in first]
+        if min(pre_len) < 1:
+            return None
+        ids_list = ids.tolist()
+        keys = [tuple(ids_list[b][: pre_len[b]]) for b in range(len(ids_list))]
+        unique: dict[tuple[int, ...], int] = {}
+        row_to_u = [unique.setdefault(k, len(unique)) for k in keys]
+        if len(unique) == len(keys):
+            return None
+        dev = ids.device
+        L = max(len(k) for k in unique)
+        prefix_ids = torch.full((len(unique), L), self.pad_id, dtype=torch.long, device=dev)
+        prefix_mask = torch.zeros((len(unique), L), dtype=torch.long, device=dev)
+        for k, u in unique.items():
+            prefix_ids[u, L - len(k) :] = torch.tensor(k, device=dev)
+            prefix_mask[u, L - len(k) :] = 1
+        prefix_pos = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+        decoder = base.get_decoder()
+        cache = DynamicCache()
+        decoder(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=prefix_pos,
+                past_key_values=cache, use_cache=True)
+        rows = torch.tensor(row_to_u, device=dev)
+        cache.batch_select_indices(rows)
+        S = max(n - p for n, p in zip(lengths, pre_len))
+        suffix_ids = torch.full((len(keys), S), self.pad_id, dtype=torch.long, device=dev)
+        suffix_mask = torch.zeros((len(keys), S), dtype=torch.long, device=dev)
+        for b, (n, p) in enumerate(zip(lengths, pre_len)):
+            suffix_ids[b, : n - p] = ids[b, p:n]
+            suffix_mask[b, : n - p] = 1
+        start = torch.tensor(pre_len, device=dev).unsqueeze(1)
+        hidden = decoder(
+            input_ids=suffix_ids, attention_mask=torch.cat([prefix_mask[rows], suffix_mask], dim=1),
+            position_ids=start + torch.arange(S, device=dev).unsqueeze(0), past_key_values=cache, use_cache=True,
+        ).last_hidden_state
+        # Token a (a >= first_b) is predicted by the hidden state at absolute position a - 1,
+        # i.e. suffix position a - 1 - p_b; mask column c = a - 1.
+        b_idx, c_idx = loss_mask[:, 1:].bool().nonzero(as_tuple=True)
+        return hidden[b_idx, c_idx - start.squeeze(1)[b_idx]]
 
     # ------------------------------------------------------------------ primitives
     @torch.no_grad()
@@ -269,6 +328,13 @@ class LocalBackend(TrainingBackend):
         self.step += 1
         return {"train/grad_norm": float(grad_norm), "train/lr": lr}
 
+    def skip_step(self) -> None:
+        self.step += 1
+        with warnings.catch_warnings():
+            # torch warns when the schedule moves without an optimizer step; here that is the point.
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
+
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
     def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, torch.Tensor]]:
@@ -309,7 +375,10 @@ class LocalBackend(TrainingBackend):
         if self.lora:
             # Merge into a fresh copy: peft's merge_and_unload would destroy the adapters we keep training.
             base = AutoModelForCausalLM.from_config(self.model.base_model.model.config)
-            base.load_state_dict(dict(self.named_merged_weights()), strict=False)
+            missing, unexpected = base.load_state_dict(dict(self.named_merged_weights()), strict=False)
+            tied = {"lm_head.weight"} if base.config.tie_word_embeddings else set()
+            if set(missing) - tied or unexpected:
+                raise RuntimeError(f"merged LoRA export does not match the model: missing={missing} unexpected={unexpected}")
             base.save_pretrained(path)
         else:
             self.model.save_pretrained(path)
