@@ -36,7 +36,7 @@ class LoraConfig(_Section):
 
 
 class OptimConfig(_Section):
-    lr: float = Field(2e-4, gt=0, description="Peak learning rate of AdamW.")
+    lr: float = Field(1e-3, gt=0, description="Peak learning rate of AdamW (1e-3 suits LoRA; use ~1e-5 for full fine-tune).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
     beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
@@ -111,14 +111,14 @@ class DataConfig(_Section):
 
 
 class EvalConfig(_Section):
-    every_steps: int = Field(0, ge=0, description="Greedy held-out eval every k steps (0 = only before/after).")
+    every_steps: int = Field(8, ge=0, description="Greedy held-out eval every k steps (0 = only before/after).")
     before: bool = Field(True, description="Evaluate the initial model before training.")
     after: bool = Field(True, description="Evaluate the final model after training.")
     max_tokens: int = Field(32, gt=0, description="Most tokens per eval response.")
 
 
 class TrainerConfig(_Section):
-    steps: int = Field(40, gt=0, description="Optimizer steps to run.")
+    steps: int = Field(32, gt=0, description="Optimizer steps to run.")
     seed: int = Field(0, description="Seed for data order, sampling and initialisation.")
     run_dir: str = Field("runs", description="Parent directory of run directories.")
     name: str = Field("default", description="Run name; the run lives in run_dir/name.")
