@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from rllm.engine.context import Outcome, RolloutContext
@@ -25,6 +26,7 @@ from rllm.inference.base import InferenceEngine, SamplingParams
 from rllm.types import Episode, TerminationReason
 
 logger = logging.getLogger(__name__)
+_CONSOLE = Console(stderr=True)
 
 Workflow = Callable[[dict[str, Any], RolloutContext], Awaitable["Outcome | float | bool | None"]]
 
@@ -148,7 +150,8 @@ class WorkflowEngine:
         with Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]:.1f} ep/s"), TimeRemainingColumn(),
-            disable=not self.show_progress, transient=True,
+            # A bar only helps a person at a terminal; in logs (CI, nohup) it leaves blank lines.
+            disable=not (self.show_progress and _CONSOLE.is_terminal), transient=True, console=_CONSOLE,
         ) as progress:
             bar = progress.add_task(description, total=len(jobs), rate=0.0)
             t0 = time.perf_counter()

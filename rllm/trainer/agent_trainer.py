@@ -134,6 +134,8 @@ class AgentTrainer:
         if not self.train_tasks:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
         self.run_dir = Path(config.trainer.run_dir) / config.trainer.name
+        self._order: list[int] = []
+        self._order_epoch = -1
         # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
         # built-in model on first use) rather than after the run has begun loading things.
         self.model_path = resolve_model(config.model.path)
@@ -165,9 +167,12 @@ class AgentTrainer:
         self.filters = FilterConfig(**cfg.algorithm.filters.model_dump())
 
     def _task_order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.train_tasks)))
-        random.Random(self.cfg.trainer.seed * 1_000_003 + epoch).shuffle(order)
-        return order
+        """The shuffled task order of one pass over the data (cached: every step of the epoch reads it)."""
+        if self._order_epoch != epoch:
+            order = list(range(len(self.train_tasks)))
+            random.Random(self.cfg.trainer.seed * 1_000_003 + epoch).shuffle(order)
+            self._order, self._order_epoch = order, epoch
+        return self._order
 
     def _tasks_for_step(self, step: int) -> list[dict[str, Any]]:
         """The step's tasks: a deterministic function of (seed, step), so a resumed run sees the same data."""

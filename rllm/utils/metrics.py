@@ -206,13 +206,16 @@ class ConsoleSink:
         self._rows_since_header = 0 if show_header else self._rows_since_header
         table = Table(show_header=show_header, box=None, pad_edge=False, header_style="bold")
         table.add_column("step", justify="right", width=6, no_wrap=True)
-        widths = [max(len(self.labels.get(k, k)), 8) for k in columns]
+        widths = [max(len(self.labels.get(k, k)), 9) for k in columns]  # 9 fits "1.234e-05"
         for key, width in zip(columns, widths):  # fixed widths keep rows from different calls aligned
             table.add_column(self.labels.get(key, key), justify="right", width=width, no_wrap=True)
         table.add_row(str(step), *(_format_value(values[k]) if k in values else "-" for k in columns))
-        # Never let a narrow (or non-tty, 80-column) console squeeze the columns into ellipses.
-        needed = 7 + sum(w + 1 for w in widths)
-        self.console.print(table, width=max(self.console.width, needed))
+        # Never let a narrow (or non-tty, 80-column) console squeeze the columns into ellipses: each
+        # column takes its width plus one cell of padding on either side.
+        needed = 6 + sum(w + 2 for w in widths) + 1
+        if self.console.width < needed:
+            self.console.width = needed
+        self.console.print(table)
         self._rows_since_header += 1
 
     def close(self) -> None:
