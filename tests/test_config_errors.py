@@ -47,7 +47,7 @@ def test_accepted_configs() -> None:
         [],
         ["algorithm.loss.tis_cap=2.0", "backend.old_logprobs=recompute"],
         ["lora.dropout=0.1"],
-        ["lora.dropout=0.1", "lora.enabled=false", "backend.gradient_checkpointing=true"],
+        ["lora.dropout=0.1", "lora.enabled=false", "backend.gradient_checkpointing=true", "backend.share_prefix=false"],
         ["rollout.group_size=1", "algorithm.advantage=reinforce"],
     ):
         check_config(load_config(TrainConfig, None, overrides), LocalBackend.capabilities)

@@ -76,7 +76,9 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(
 
     # The resumed steps saw the same data and sampled the same episodes.
     a_steps = {r["step"]: r for r in _steps_logged(tmp_path / "a" / "job")}
-    b_steps = {r["step"]: r for r in _steps_logged(tmp_path / "b" / "job")}  # the resumed run's lines win
+    b_logged = [r["step"] for r in _steps_logged(tmp_path / "b" / "job")]
+    assert len(b_logged) == len(set(b_logged)), f"a resumed run logged a step twice: {b_logged}"
+    b_steps = {r["step"]: r for r in _steps_logged(tmp_path / "b" / "job")}
     for step in (3, 4):
         for key in ("reward/mean", "response_len/mean", "train/loss", "train/grad_norm"):
             assert a_steps[step][key] == b_steps[step][key], (step, key)

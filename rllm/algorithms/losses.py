@@ -113,8 +113,15 @@ def ppo_loss(
     Clipping is *active* where the clipped term is the smaller one, i.e. where it zeroes the gradient.
     """
     ratio_BT = _clamped_exp(logprobs_BT - old_logprobs_BT)
+    return _clipped_surrogate(ratio_BT, advantages_BT, cfg.clip_low, cfg.clip_high)
+
+
+def _clipped_surrogate(
+    ratio_BT: Tensor, advantages_BT: Tensor, clip_low: float, clip_high: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """-min(r A, clip(r, 1 - low, 1 + high) A), the ratio, and where the clipped term is active."""
     unclipped_BT = -advantages_BT * ratio_BT
-    clipped_BT = -advantages_BT * ratio_BT.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+    clipped_BT = -advantages_BT * ratio_BT.clamp(1.0 - clip_low, 1.0 + clip_high)
     return torch.maximum(unclipped_BT, clipped_BT), ratio_BT, clipped_BT > unclipped_BT
 
 
@@ -142,9 +149,7 @@ def gspo_loss(
     seq_log_ratio_B = ((logprobs_BT - old_logprobs_BT) * mask_BT).sum(dim=-1) / lengths_B
     log_ratio_BT = seq_log_ratio_B.detach().unsqueeze(-1) + logprobs_BT - logprobs_BT.detach()
     ratio_BT = _clamped_exp(log_ratio_BT)
-    unclipped_BT = -advantages_BT * ratio_BT
-    clipped_BT = -advantages_BT * ratio_BT.clamp(1.0 - cfg.gspo_clip_low, 1.0 + cfg.gspo_clip_high)
-    return torch.maximum(unclipped_BT, clipped_BT), ratio_BT, clipped_BT > unclipped_BT
+    return _clipped_surrogate(ratio_BT, advantages_BT, cfg.gspo_clip_low, cfg.gspo_clip_high)
 
 
 def cispo_loss(

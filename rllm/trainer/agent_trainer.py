@@ -257,16 +257,19 @@ class AgentTrainer:
             )
         self._setup()
         dump_config(cfg, self.run_dir / "config.yaml")
+        resume_from = ckpt if cfg.trainer.resume else None
+        if resume_from is not None:
+            # Before the sinks open the file: lines a killed run wrote after its last checkpoint are redone.
+            _drop_metrics_after(self.run_dir / "metrics.jsonl", load_loop_state(resume_from)["step"])
         sinks = build_sinks(cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS)
         result = TrainResult(run_dir=self.run_dir, steps=cfg.trainer.steps)
         with MetricsLogger(sinks) as metrics_logger:
-            if cfg.trainer.resume and ckpt is not None:
-                self.backend.load_state(ckpt)
-                state = load_loop_state(ckpt)
+            if resume_from is not None:
+                self.backend.load_state(resume_from)
+                state = load_loop_state(resume_from)
                 start_step, eval_history = state["step"], state["eval_history"]
-                _drop_metrics_after(self.run_dir / "metrics.jsonl", start_step)
                 self.backend.sync_weights_to(self.engine)
-                logger.info("resumed from %s at step %d", ckpt, start_step)
+                logger.info("resumed from %s at step %d", resume_from, start_step)
             elif cfg.eval.before:
                 ev = self.evaluate(0)
                 eval_history.append({"step": 0, **ev})

@@ -56,6 +56,9 @@ class BackendConfig(_Section):
     )
     micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward pass (gradients accumulate).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    attn_implementation: Literal["auto", "eager", "sdpa"] = Field(
+        "auto", description="Attention kernel for training: 'auto' = eager on CPU (faster backward at RL lengths), sdpa on GPU."
+    )
     share_prefix: bool = Field(
         True,
         description="Run each distinct prompt once per micro-batch and only the answers per sequence (exact; "
