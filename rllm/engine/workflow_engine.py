@@ -112,7 +112,7 @@ class WorkflowEngine:
                 episode.error = f"episode exceeded timeout_s={self.timeout_s}"
             else:  # the flow's own TimeoutError (a tool or HTTP call), not our budget: an error like any other
                 outcome = _failed(episode, exc)
-        except Exception as exc:  # the episode fails, the batch goes on
+        except Exception as exc:  # noqa: BLE001 — any error fails this episode, never the batch
             outcome = _failed(episode, exc)
         episode.trajectories = list(ctx.trajectories.values())
         for traj in episode.trajectories:

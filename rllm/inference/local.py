@@ -230,9 +230,7 @@ class LocalEngine:
                 r = rows[i]
                 r.out_ids.append(tok_list[pos])
                 r.out_logprobs.append(lp_list[pos])
-                if tok_list[pos] in eos and not r.params.ignore_eos:
-                    r.finish_reason = "stop"
-                elif r.params.stop and self._hit_stop(r):
+                if tok_list[pos] in eos and not r.params.ignore_eos or r.params.stop and self._hit_stop(r):
                     r.finish_reason = "stop"
                 elif len(r.out_ids) >= r.params.max_tokens:
                     r.finish_reason = "length"

@@ -13,7 +13,7 @@ def extract_last_number(text: str) -> str | None:
     return found[-1] if found else None
 
 
-def number_match(text: str, answer: str | int | float) -> bool:
+def number_match(text: str, answer: str | float) -> bool:
     """True when the last number in ``text`` equals ``answer`` numerically."""
     got = extract_last_number(text)
     if got is None:
@@ -24,7 +24,7 @@ def number_match(text: str, answer: str | int | float) -> bool:
         return False
 
 
-def single_number_match(text: str, answer: str | int | float) -> bool:
+def single_number_match(text: str, answer: str | float) -> bool:
     """True when ``text`` contains exactly one number and it equals ``answer``.
 
     For prompts that ask for "just the number": "52", "52." and "The larger number is 52." pass;

@@ -213,8 +213,7 @@ class ConsoleSink:
         # Never let a narrow (or non-tty, 80-column) console squeeze the columns into ellipses: each
         # column takes its width plus one cell of padding on either side.
         needed = 6 + sum(w + 2 for w in widths) + 1
-        if self.console.width < needed:
-            self.console.width = needed
+        self.console.width = max(self.console.width, needed)
         self.console.print(table)
         self._rows_since_header += 1
 

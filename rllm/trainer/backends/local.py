@@ -302,15 +302,8 @@ class LocalBackend(TrainingBackend):
             adv = t["advantages"][:, 1:]
             rollout_lp = t["rollout_logprobs"][:, 1:]
 
-            def aligned(values: list[list[float]] | None) -> torch.Tensor | None:
-                if values is None:
-                    return None
-                T = t["input_ids"].shape[1]
-                rows = [values[index[id(s)]] + [0.0] * (T - len(s.input_ids)) for s in mb]
-                return torch.tensor(rows, dtype=torch.float32, device=self.device)[:, 1:]
-
-            old = aligned(old_logprobs)
-            ref = aligned(ref_logprobs)
+            old = self._aligned(old_logprobs, mb, index)
+            ref = self._aligned(ref_logprobs, mb, index)
             logprobs, entropy = self._response_logprobs(self.model, t, with_entropy=True)
             loss_BT, metrics = compute_policy_loss(
                 logprobs, old if old is not None else rollout_lp, adv, mask, loss,
@@ -333,6 +326,16 @@ class LocalBackend(TrainingBackend):
         out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
         out["train/loss"] = total_loss
         return out
+
+    def _aligned(
+        self, values: list[list[float]] | None, mb: list[TrainSequence], index: dict[int, int]
+    ) -> torch.Tensor | None:
+        """Per-sequence values (aligned with input_ids) as a padded tensor aligned with input_ids[:, 1:]."""
+        if values is None:
+            return None
+        T = max(len(s.input_ids) for s in mb)
+        rows = [values[index[id(s)]] + [0.0] * (T - len(s.input_ids)) for s in mb]
+        return torch.tensor(rows, dtype=torch.float32, device=self.device)[:, 1:]
 
     def optim_step(self) -> dict[str, float]:
         params = [p for p in self.model.parameters() if p.requires_grad]
