@@ -164,6 +164,10 @@ class TrainBatch(BaseModel):
 
     sequences: list[TrainSequence] = Field(default_factory=list)
     metrics: dict[str, float] = Field(default_factory=dict)
+    # Denominators of the loss mean (response tokens, sequences with any); None = this batch's own counts.
+    # The trainer adds the rows of skipped zero-advantage groups, so skipping them changes no update.
+    loss_norm_tokens: float | None = None
+    loss_norm_sequences: float | None = None
 
     def __len__(self) -> int:
         return len(self.sequences)

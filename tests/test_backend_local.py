@@ -288,3 +288,25 @@ def test_shared_prefix_refuses_gradient_checkpointing(tiny_model_dir) -> None:
     cfg = _config(tiny_model_dir, "backend.gradient_checkpointing=true")
     with pytest.raises(UnsupportedConfigError, match="share_prefix"):
         check_config(cfg, LocalBackend.capabilities)
+
+
+def test_skipped_zero_advantage_rows_only_count_in_the_normaliser(tiny_model_dir) -> None:
+    """Dropping zero-advantage rows but counting them in loss_norm_* gives the same update as training on
+    them: the zero-variance filter saves compute without changing the gradient."""
+    full = _grouped_batch(seed=3)
+    for s in full.sequences:
+        if s.group_id == "g2":  # a group with no signal: every advantage 0
+            s.advantages = [0.0] * len(s.advantages)
+    kept = TrainBatch(
+        sequences=[s for s in full.sequences if s.group_id != "g2"],
+        loss_norm_tokens=float(full.num_response_tokens),
+        loss_norm_sequences=float(len(full.sequences)),
+    )
+    grads = []
+    for batch in (full, kept):
+        backend = _backend(tiny_model_dir, "backend.micro_batch_size=4")
+        backend.forward_backward(batch, LossConfig())
+        grads.append(_grads(backend))
+    for name in grads[0]:
+        scale = float(grads[0][name].abs().max())
+        assert torch.allclose(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-5 * scale), name

@@ -96,10 +96,15 @@ def filter_groups(
     group of one member). The input groups are not modified.
 
     Metrics: ``filter/groups_in``, ``filter/groups_kept``, ``filter/zero_variance_groups``,
-    ``filter/empty_groups``, ``filter/failed_dropped`` and ``filter/truncated_dropped`` (members).
+    ``filter/empty_groups``, ``filter/failed_dropped`` and ``filter/truncated_dropped`` (members), and
+    ``filter/zero_variance_sequences`` / ``filter/zero_variance_response_tokens``: the training rows the
+    zero-variance groups would have made. Their advantage is 0, so they add nothing to the gradient, but
+    a mean over the batch counts them: pass these to the loss normalisers (``TrainBatch.loss_norm_*``) and
+    the filter saves compute without changing the update.
     """
     kept: list[TrajectoryGroup] = []
     failed_dropped = truncated_dropped = zero_variance = empty = 0
+    zv_sequences = zv_tokens = 0
     for group in groups:
         members = []
         for episode, traj in group.members:
@@ -114,6 +119,11 @@ def filter_groups(
             empty += 1
         elif cfg.drop_zero_variance and filtered.rewards.std() < _ZERO_VARIANCE_STD:
             zero_variance += 1
+            for _, traj in members:
+                for step in traj.steps:
+                    n = sum(step.response_mask or [])
+                    zv_sequences += n > 0
+                    zv_tokens += n
         else:
             kept.append(filtered)
     metrics = {
@@ -123,6 +133,8 @@ def filter_groups(
         "filter/empty_groups": float(empty),
         "filter/failed_dropped": float(failed_dropped),
         "filter/truncated_dropped": float(truncated_dropped),
+        "filter/zero_variance_sequences": float(zv_sequences),
+        "filter/zero_variance_response_tokens": float(zv_tokens),
     }
     return kept, metrics
 

@@ -175,6 +175,8 @@ class LocalEngine:
             self._pending = [r for r in self._pending if not r.done.done()]
             batch = self._pending[: self.max_batch_rows]
             self._pending = self._pending[self.max_batch_rows :]
+            if not batch:
+                continue
             try:
                 await asyncio.to_thread(self._run_batch, batch)
             except Exception as exc:  # a failed batch fails its requests, never the worker

@@ -101,6 +101,9 @@ def test_filter_zero_variance_and_empty_groups():
         "filter/empty_groups": 1.0,
         "filter/failed_dropped": 2.0,
         "filter/truncated_dropped": 0.0,
+        # the rows the "same" group would have made: 2 steps of 2 trained tokens ([1, 0, 1] masks)
+        "filter/zero_variance_sequences": 2.0,
+        "filter/zero_variance_response_tokens": 4.0,
     }
     kept, _ = filter_groups(group_episodes(eps), FilterConfig(drop_zero_variance=False))
     assert [g.group_id for g in kept] == ["same/default", "mixed/default"]

@@ -290,8 +290,8 @@ class LocalBackend(TrainingBackend):
     ) -> dict[str, float]:
         if not batch.sequences:
             raise ValueError("forward_backward got an empty batch; skip the step instead")
-        num_tokens = float(batch.num_response_tokens)
-        num_seqs = float(sum(1 for s in batch.sequences if s.num_response_tokens))
+        num_tokens = batch.loss_norm_tokens or float(batch.num_response_tokens)
+        num_seqs = batch.loss_norm_sequences or float(sum(1 for s in batch.sequences if s.num_response_tokens))
         index = {id(s): i for i, s in enumerate(batch.sequences)}
         sums: dict[str, float] = {}
         weight_total = 0.0
