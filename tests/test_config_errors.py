@@ -83,3 +83,44 @@ def test_existing_checkpoints_need_resume(tiny_model_dir: Path, tmp_path: Path) 
     assert "\n" not in message
     assert "trainer.resume=true" in message and "trainer.name" in message
     assert not hasattr(trainer, "backend")
+
+
+def test_loss_norm_sampled_counts_skipped_zero_variance_rows(tiny_model_dir) -> None:
+    """algorithm.loss_norm=sampled hands the backend normalisers that include the skipped rows; kept does not."""
+    from rllm.engine.context import Outcome
+    from rllm.trainer.agent_trainer import AgentTrainer
+
+    async def flow(task, ctx):  # task "flat" always scores 1 (a zero-variance group), "mixed" depends on the sample
+        reply = await ctx.chat([{"role": "user", "content": task["question"]}])
+        return Outcome(reward=1.0 if task["task_id"] == "flat" else float(reply.completion_ids[0] % 2))
+
+    tasks = [{"task_id": "flat", "question": "a"}, {"task_id": "mixed", "question": "b"}]
+    seen = {}
+    for norm in ("kept", "sampled"):
+        cfg = load_config(TrainConfig, None, [
+            f"model.path={tiny_model_dir}", "rollout.batch_size=2", "rollout.group_size=8", "rollout.max_tokens=6",
+            "trainer.steps=1", "eval.before=false", "eval.after=false", "trainer.loggers=[jsonl]",
+            f"algorithm.loss_norm={norm}", "trainer.threads=1",
+        ])
+        trainer = AgentTrainer(cfg, workflow=flow, train_tasks=tasks, test_tasks=tasks)
+        trainer._setup()
+        captured = {}
+        original = trainer.backend.forward_backward
+
+        def spy(batch, loss, _original=original, _captured=captured, **kw):
+            _captured["batch"] = batch
+            return _original(batch, loss, **kw)
+
+        trainer.backend.forward_backward = spy
+        metrics = trainer.train_step(0)
+        seen[norm] = (captured.get("batch"), metrics)
+    kept_batch, _ = seen["kept"]
+    sampled_batch, sampled_metrics = seen["sampled"]
+    if kept_batch is None or sampled_batch is None:
+        pytest.skip("the 'mixed' group happened to have no variance")
+    assert kept_batch.loss_norm_tokens is None and kept_batch.loss_norm_sequences is None
+    assert sampled_metrics["filter/zero_variance_sequences"] == 8.0
+    assert sampled_batch.loss_norm_sequences == len(sampled_batch.sequences) + 8.0
+    assert sampled_batch.loss_norm_tokens == (
+        sampled_batch.num_response_tokens + sampled_metrics["filter/zero_variance_response_tokens"]
+    )

@@ -223,9 +223,9 @@ class AgentTrainer:
             est_kwargs = {"norm_std": cfg.algorithm.norm_std} if _uses(cfg.algorithm.advantage, "grpo") else {}
             metrics.update(compute_advantages(groups, cfg.algorithm.advantage, **est_kwargs))
             batch = build_train_batch(groups)
-            # Skipped zero-variance groups still count in the loss mean (see filter_groups).
-            batch.loss_norm_tokens = batch.num_response_tokens + fmetrics["filter/zero_variance_response_tokens"]
-            batch.loss_norm_sequences = len(batch.sequences) + fmetrics["filter/zero_variance_sequences"]
+            if cfg.algorithm.loss_norm == "sampled":  # skipped zero-variance rows still count in the mean
+                batch.loss_norm_tokens = batch.num_response_tokens + fmetrics["filter/zero_variance_response_tokens"]
+                batch.loss_norm_sequences = len(batch.sequences) + fmetrics["filter/zero_variance_sequences"]
             metrics.update(batch.metrics)
         else:
             batch = None

@@ -103,6 +103,12 @@ class AlgorithmConfig(_Section):
     )
     norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
     loss: LossConfig = Field(default_factory=LossConfig)
+    loss_norm: Literal["kept", "sampled"] = Field(
+        "kept",
+        description="What the loss mean divides by when zero-variance groups are skipped: 'kept' = only the rows "
+        "trained on (DAPO dynamic-sampling semantics: informative groups keep their weight as the policy improves), "
+        "'sampled' = also the skipped rows (plain GRPO semantics: the filter then only saves compute).",
+    )
     filters: FilterSettings = Field(default_factory=FilterSettings)
 
 
