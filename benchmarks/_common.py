@@ -122,6 +122,24 @@ def run_worker(script: str, worker: str, args: list[str], timeout_s: float | Non
         return result
 
 
+def forward_args(args: Any, names: list[str], **overrides: Any) -> list[str]:
+    """The parent's options re-spelled for a worker child: ``--name value`` per name (lists comma-joined,
+    booleans as bare flags when true, None and 0-valued optional counts left out)."""
+    out: list[str] = []
+    for name in names:
+        value = overrides.get(name, getattr(args, name))
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            out += [flag] if value else []
+        elif value is None:
+            continue
+        elif isinstance(value, (list, tuple)):
+            out += [flag, ",".join(map(str, value))]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def write_result(path: str, result: dict[str, Any]) -> None:
     Path(path).write_text(json.dumps(result, indent=2))
 

@@ -22,6 +22,7 @@ from typing import Any
 from _common import (
     RssSampler,
     chat_prompt_ids,
+    forward_args,
     machine_line,
     markdown_table,
     peak_rss_mb,
@@ -199,22 +200,10 @@ def main() -> None:
         worker_main(args)
         return
     model_path = resolve_bench_model(args.model)
-    common = [
-        "--model",
-        model_path,
-        "--dtype",
-        args.dtype,
-        "--batch-sizes",
-        ",".join(map(str, args.batch_sizes)),
-        "--max-new-tokens",
-        str(args.max_new_tokens),
-        "--repeats",
-        str(args.repeats),
-        "--seed",
-        str(args.seed),
-    ]
-    if args.threads:
-        common += ["--threads", str(args.threads)]
+    common = forward_args(
+        args, ["model", "dtype", "batch_sizes", "max_new_tokens", "repeats", "seed"], model=model_path
+    )
+    common += ["--threads", str(args.threads)] if args.threads else []
     workers = [args.only] if args.only else list(WORKERS)
     results = {w: run_worker(__file__, w, common) for w in workers}
 

@@ -30,6 +30,7 @@ from typing import Any
 from _common import (
     RssSampler,
     cpu_has_bf16,
+    forward_args,
     machine_line,
     markdown_table,
     median_min,
@@ -367,34 +368,12 @@ def main() -> None:
         worker_main(args)
         return
     model_path = resolve_bench_model(args.model)
-    common = [
-        "--model",
-        model_path,
-        "--prompts",
-        str(args.prompts),
-        "--generations",
-        str(args.generations),
-        "--max-tokens",
-        str(args.max_tokens),
-        "--warmup",
-        str(args.warmup),
-        "--steps",
-        str(args.steps),
-        "--lora-rank",
-        str(args.lora_rank),
-        "--lora-alpha",
-        str(args.lora_alpha),
-        "--precision",
-        args.precision,
-        "--micro-batch",
-        str(args.micro_batch),
-        "--lr",
-        str(args.lr),
-        "--seed",
-        str(args.seed),
-    ]
-    common += ["--full-finetune"] if args.full_finetune else []
-    common += ["--full-length"] if args.full_length else []
+    common = forward_args(
+        args,
+        ["model", "prompts", "generations", "max_tokens", "warmup", "steps", "lora_rank", "lora_alpha",
+         "precision", "micro_batch", "lr", "seed", "full_finetune", "full_length"],
+        model=model_path,
+    )
     common += ["--threads", str(args.threads)] if args.threads else []
     workers = [args.only] if args.only else list(WORKERS)
     results = {w: run_worker(__file__, w, common) for w in workers}
