@@ -50,6 +50,21 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise ValueError(f"unknown dtype {dtype!r}: use auto, bfloat16, float16 or float32") from None
 
 
+def left_pad(
+    rows: list[list[int]] | list[tuple[int, ...]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-pad token rows into ``(input_ids, attention_mask, position_ids)``, each ``[B, max_len]``, with
+    positions counting from 0 at each row's first real token (the layout a KV-cache prefill needs)."""
+    max_len = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), max_len), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), max_len), dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, max_len - len(r) :] = torch.tensor(r, dtype=torch.long)
+        attn[i, max_len - len(r) :] = 1
+    input_ids, attn = input_ids.to(device), attn.to(device)
+    return input_ids, attn, (attn.cumsum(-1) - 1).clamp(min=0)
+
+
 @dataclass
 class _Row:
     """One sequence being sampled: a request with n > 1 becomes n rows."""
@@ -202,14 +217,7 @@ class LocalEngine:
 
     def _decode(self, rows: list[_Row]) -> None:
         dev = self.device
-        max_len = max(len(r.prompt_ids) for r in rows)
-        input_ids = torch.full((len(rows), max_len), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(rows), max_len), dtype=torch.long)
-        for i, r in enumerate(rows):
-            input_ids[i, max_len - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            attn[i, max_len - len(r.prompt_ids) :] = 1
-        input_ids, attn = input_ids.to(dev), attn.to(dev)
-        position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+        input_ids, attn, position_ids = left_pad([r.prompt_ids for r in rows], self.pad_id, dev)
         temperature = torch.tensor([r.params.temperature for r in rows], device=dev)
         top_k = torch.tensor([r.params.top_k for r in rows], device=dev)
         top_p = torch.tensor([r.params.top_p for r in rows], device=dev)

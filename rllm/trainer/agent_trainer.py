@@ -30,7 +30,7 @@ from rllm.algorithms.transforms import (
 )
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
 from rllm.inference.base import SamplingParams
-from rllm.inference.local import LocalEngine, pick_device, pick_dtype
+from rllm.inference.local import LocalEngine, pick_device
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state, save_checkpoint
@@ -154,7 +154,6 @@ class AgentTrainer:
             max_batch_rows=cfg.inference.max_batch_rows, seed=cfg.trainer.seed,
         )
         self.backend = LocalBackend(cfg, model_path, pad_id=self.engine.pad_id)
-        self.engine_dtype = pick_dtype(cfg.inference.dtype, device)
         r = cfg.rollout
         self.train_sampling = SamplingParams(
             temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens, seed=cfg.trainer.seed

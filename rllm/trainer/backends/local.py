@@ -21,7 +21,7 @@ from rllm.algorithms.losses import (
     compute_policy_loss,
     entropy_from_logits,
 )
-from rllm.inference.local import pick_device
+from rllm.inference.local import left_pad, pick_device
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.types import TrainBatch, TrainSequence
@@ -221,13 +221,8 @@ class LocalBackend(TrainingBackend):
         if len(unique) == len(keys):
             return None
         dev = ids.device
-        L = max(len(k) for k in unique)
-        prefix_ids = torch.full((len(unique), L), self.pad_id, dtype=torch.long, device=dev)
-        prefix_mask = torch.zeros((len(unique), L), dtype=torch.long, device=dev)
-        for k, u in unique.items():
-            prefix_ids[u, L - len(k) :] = torch.tensor(k, device=dev)
-            prefix_mask[u, L - len(k) :] = 1
-        prefix_pos = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+        # dict order is insertion order, so row u of the padded prefixes is the prefix numbered u
+        prefix_ids, prefix_mask, prefix_pos = left_pad(list(unique), self.pad_id, dev)
         decoder = base.get_decoder()
         cache = DynamicCache()
         decoder(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=prefix_pos,
