@@ -75,17 +75,9 @@ def console_logging(level: str) -> Iterator[None]:
     root.setLevel(level)
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
-    # transformers' "Loading weights" bars are noise in a log file; keep them for people at a terminal.
-    from transformers.utils import logging as hf_logging
-
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    if not handler.console.is_terminal:
-        hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
         root.removeHandler(handler)
         root.setLevel(saved_root_level)
         for name, saved in saved_levels.items():

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +67,22 @@ def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     return (files[0] if files else None), [arg for arg in args if arg not in files]
 
 
+@contextmanager
+def _no_hf_progress_bars_in_logs() -> Iterator[None]:
+    """transformers' "Loading weights" bars are noise in a log file; keep them for people at a terminal.
+    Here rather than in the CLI's logging set-up because only training has transformers loaded."""
+    from transformers.utils import logging as hf_logging
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    if not sys.stderr.isatty():
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``rllm train``; returns the process exit code."""
     # Imported here: the trainer pulls in torch and transformers, which `rllm --help` should not wait for.
@@ -96,7 +114,8 @@ def run_train(args: argparse.Namespace) -> int:
         "LoRA" if config.lora.enabled else "full fine-tune", trainer.run_dir,
     )
     try:
-        result = trainer.train()
+        with _no_hf_progress_bars_in_logs():
+            result = trainer.train()
     except UnsupportedConfigError as err:  # e.g. the run directory already has checkpoints
         return _error(err, EXIT_USAGE)
     metrics_path = trainer.run_dir / "metrics.jsonl" if "jsonl" in config.trainer.loggers else None
