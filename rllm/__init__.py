@@ -24,11 +24,17 @@ _EXPORTS: dict[str, str] = {
     "SamplingParams": "rllm.inference.base",
     "Outcome": "rllm.engine.context",
     "load_config": "rllm.utils.config",
+    "rollout": "rllm.sdk.decorators",
+    "evaluator": "rllm.sdk.decorators",
+    "AgentConfig": "rllm.sdk.decorators",
+    "EvalResult": "rllm.sdk.decorators",
 }
 
 __all__ = [
+    "AgentConfig",
     "AgentTrainer",
     "Episode",
+    "EvalResult",
     "Outcome",
     "SamplingParams",
     "Step",
@@ -37,12 +43,15 @@ __all__ = [
     "TrainResult",
     "Trajectory",
     "__version__",
+    "evaluator",
     "load_config",
+    "rollout",
 ]
 
 if TYPE_CHECKING:
     from rllm.engine.context import Outcome
     from rllm.inference.base import SamplingParams
+    from rllm.sdk.decorators import AgentConfig, EvalResult, evaluator, rollout
     from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
     from rllm.trainer.config import TrainConfig
     from rllm.types import Episode, Step, TrainBatch, Trajectory

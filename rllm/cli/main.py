@@ -3,6 +3,9 @@
     rllm train [CONFIG.yaml] [key=value ...]   train (defaults: built-in model and task, LoRA GRPO)
     rllm train --help-config                   every config key with its type, default and meaning
     rllm model pull smollm2-135m | list        fetch and list the built-in models
+    rllm gateway --model MODEL [--port P] [--upstream URL ...] [--store PATH] [--api-key KEY]
+                                               serve a model behind the trace-recording OpenAI gateway
+    rllm check-template MODEL                  check a chat template for multi-turn token drift
     rllm version                               print the installed version
 
 Each subcommand stores its handler as ``args.func``; a handler takes the parsed arguments and returns the
@@ -18,6 +21,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from rllm import __version__
+from rllm.cli.check_template_cmd import add_check_template_parser
+from rllm.cli.gateway_cmd import add_gateway_parser
 from rllm.cli.model_cmd import add_model_parser
 from rllm.cli.train_cmd import add_train_parser
 
@@ -35,14 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="{train,model,version}", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="{train,gateway,model,check-template,version}", required=True
+    )
     train = add_train_parser(subparsers)
     # Also accepted after `train`; SUPPRESS keeps the subparser from overwriting `rllm --log-level X train`.
     train.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default=argparse.SUPPRESS,
         help="logging level (default: INFO)",
     )
+    add_gateway_parser(subparsers)
     add_model_parser(subparsers)
+    add_check_template_parser(subparsers)
     version = subparsers.add_parser("version", help="print the installed rllm version")
     version.set_defaults(func=_run_version)
     return parser

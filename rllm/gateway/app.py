@@ -1,210 +1,358 @@
-"""The model gateway: an OpenAI-compatible ASGI app that samples through an inference engine in-process
-and records every call token-faithfully in a :class:`~rllm.gateway.traces.TraceStore`.
+"""The model gateway: an OpenAI-compatible ASGI app that samples through an upstream (the in-process local
+engine, or vLLM / SGLang / OpenAI-compatible servers) and records every call token-faithfully in a
+:class:`~rllm.gateway.traces.TraceStore`.
 
 An agent is pointed at ``{gateway}/sessions/{session_id}/v1`` as its OpenAI base URL; every call it makes
 is stored under that session (``default`` for the plain ``/v1`` routes), and the workflow engine reads
-the session's traces back (``GET /sessions/{session_id}/traces``) to build the episode's steps.
+the session's traces back to build the episode's steps.
 
-Served now: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (non-streaming; ``n``, ``stop``,
-``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``), ``GET /v1/models``,
-all also under ``/sessions/{session_id}``. Errors always come back in OpenAI's error shape.
+Routes (each ``/v1`` route also under ``/sessions/{session_id}``):
 
-What comes next: streaming (SSE), tool calls (tool-call parsers per chat template), upstream adapters
-(vLLM / SGLang / any OpenAI-compatible server, which must return token ids and logprobs), the
-``rllm gateway`` CLI command, and the SDK's ``@rllm.rollout`` session helpers.
+- ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not; ``n``, ``stop``, ``seed``,
+  ``tools`` / ``tool_choice``, ``logprobs``), ``GET /v1/models``;
+- ``POST /sessions`` (create, with sampling overrides), ``GET /sessions``, ``GET /sessions/{id}``,
+  ``DELETE /sessions/{id}``, ``GET /sessions/{id}/traces``, ``GET /traces`` (query), ``GET /health``.
+
+Every error, bad input included, comes back in OpenAI's error shape with a 4xx status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
+import re
 import time
 import uuid
+import zlib
+from collections import OrderedDict
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rllm.gateway.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    OpenAIError,
-    validation_error,
-)
-from rllm.gateway.traces import Trace, TraceStore
-from rllm.inference.base import Completion, InferenceEngine, SamplingParams
+from rllm.gateway.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
+from rllm.gateway.responses import completion_body, stream_chunks
+from rllm.gateway.traces import SessionInfo, Trace, TraceQuery, TraceStore
+from rllm.gateway.upstreams import LocalUpstream, Upstream, UpstreamError, UpstreamRequest
+from rllm.inference.base import SamplingParams
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SESSION = "default"
+SESSION_ID = re.compile(r"^[A-Za-z0-9._:~@+=-]{1,256}$")
+# Session sampling overrides may set these SamplingParams fields (n stays the client's choice).
+_OVERRIDABLE = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "ignore_eos")
+# A seeded session gives its k-th call the seed ``seed + k * _SEED_STRIDE`` (distinct, reproducible).
+_SEED_STRIDE = 7919
+
+
+class SessionCreate(BaseModel):
+    """Body of ``POST /sessions``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = Field(None, pattern=SESSION_ID.pattern)
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class _GatewayState:
+    def __init__(self, upstream: Upstream, store: TraceStore, model_name: str) -> None:
+        self.upstream = upstream
+        self.store = store
+        self.model_name = model_name
+        # session id -> (overrides, calls made); an LRU so a long-lived gateway stays bounded.
+        self.sessions: OrderedDict[str, list[Any]] = OrderedDict()
+        self.max_cached_sessions = 100_000
+
+    async def session_state(self, session_id: str) -> list[Any]:
+        """``[sampling overrides, calls made]`` of a session. A role sub-session ``{id}:{role}`` that was
+        not created itself inherits its parent's overrides, its seed shifted so roles sample differently."""
+        st = self.sessions.get(session_id)
+        if st is not None:
+            self.sessions.move_to_end(session_id)
+            return st
+        info = await asyncio.to_thread(self.store.session, session_id)
+        overrides = dict(info.sampling) if info and info.sampling else {}
+        if not overrides and ":" in session_id:
+            parent, role = session_id.rsplit(":", 1)
+            inherited = dict((await self.session_state(parent))[0])
+            if inherited.get("seed") is not None:
+                inherited["seed"] += zlib.crc32(role.encode()) % 1_000_003
+            overrides = inherited
+        st = [overrides, info.num_traces if info else 0]
+        self.remember(session_id, st)
+        return st
+
+    def remember(self, session_id: str, st: list[Any]) -> None:
+        self.sessions[session_id] = st
+        if len(self.sessions) > self.max_cached_sessions:
+            self.sessions.popitem(last=False)
 
 
 def create_app(
-    engine: InferenceEngine, store: TraceStore, *, model_name: str, api_key: str | None = None
-) -> FastAPI:
-    """Build the gateway app. ``api_key``, when given, is required as ``Authorization: Bearer <key>``."""
-    app = FastAPI(title="rllm gateway", docs_url=None, redoc_url=None)
-    app.state.engine = engine
-    app.state.store = store
-    app.state.model_name = model_name
-    _install_error_handlers(app)
+    upstream: Upstream | Any,
+    store: TraceStore,
+    *,
+    model_name: str,
+    api_key: str | None = None,
+    max_body_bytes: int = 16 * 1024 * 1024,
+) -> Starlette:
+    """Build the gateway app. ``upstream`` may be an inference engine (wrapped in :class:`LocalUpstream`).
+    ``api_key``, when given, is required as ``Authorization: Bearer <key>`` on every route."""
+    if not hasattr(upstream, "complete"):
+        upstream = LocalUpstream(upstream)
+    state = _GatewayState(upstream, store, model_name)
 
-    @app.middleware("http")
-    async def check_api_key(request: Request, call_next: Any) -> Any:
-        if api_key is not None:
-            header = request.headers.get("authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), api_key):
-                err = OpenAIError(
-                    401,
-                    "missing or wrong API key: send 'Authorization: Bearer <key>' with the gateway's key",
-                    code="invalid_api_key",
-                )
-                return JSONResponse(err.body(), status_code=401)
-        return await call_next(request)
+    async def body_of(request: Request) -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():  # chunked uploads have no content-length to check up front
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise OpenAIError(413, f"the request body is larger than the gateway's limit of {max_body_bytes} "
+                                       "bytes", code="request_too_large")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
-    async def chat_completions(request: Request) -> JSONResponse:
-        req = await _parse(request, ChatCompletionRequest)
-        params = _sampling_params(req.to_sampling_params)
+    async def chat_completions(request: Request) -> Response:
+        req: ChatCompletionRequest = _parse(await body_of(request), ChatCompletionRequest)
         messages = [m.as_template_dict() for m in req.messages]
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+        up = {"endpoint": "chat.completions", "messages": messages, "tools": tools, "tool_choice": req.tool_choice,
+                  "logprobs": bool(req.logprobs)}
+        record = {"messages": messages, "tools": tools, "tool_choice": req.tool_choice}
+        return await _serve(request, req, up, record, req.to_sampling_params)
+
+    async def completions(request: Request) -> Response:
+        req: CompletionRequest = _parse(await body_of(request), CompletionRequest)
+        up = {"endpoint": "completions", "prompt": req.prompt, "logprobs": req.logprobs is not None}
+        return await _serve(request, req, up, {"prompt": req.prompt}, req.to_sampling_params)
+
+    async def _serve(request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any) -> Response:
+        session_id = _session_id(request)
+        st = await state.session_state(session_id)
+        params = _sampling_params(build, st)
+        record["sampling_params"] = params.model_dump()
+        endpoint = up["endpoint"]
+        request_id = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
+        t0 = time.perf_counter()
         try:
-            prompt_ids = engine.apply_chat_template(messages)
-        except Exception as exc:  # the template rejects some message orders (e.g. two system messages)
-            raise OpenAIError(400, f"the chat template cannot render these messages: {exc}",
-                              param="messages") from exc
-        record = {"messages": messages, "sampling_params": params.model_dump()}
-        return await _sample_and_record(
-            request, "chat.completions", prompt_ids, params, record,
-            lambda i, c: {"index": i, "message": {"role": "assistant", "content": c.text},
-                          "finish_reason": c.finish_reason, "logprobs": None},
-        )
+            result = await state.upstream.complete(UpstreamRequest(params=params, **up), session_id=session_id)
+        except UpstreamError as exc:
+            kind = "invalid_request_error" if exc.status_code < 500 else "upstream_error"
+            raise OpenAIError(exc.status_code, exc.message, type=kind) from exc
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        traces = [
+            Trace(
+                session_id=session_id, request_id=request_id, choice_index=i, endpoint=endpoint,
+                request=record, response_text=c.text,
+                response_message=({"role": "assistant", "content": c.text, "tool_calls": c.tool_calls}
+                                  if endpoint == "chat.completions" else None),
+                prompt_token_ids=result.prompt_ids, completion_token_ids=c.completion_ids, logprobs=c.logprobs,
+                finish_reason=c.finish_reason, latency_ms=latency_ms, weight_version=result.weight_version,
+                trainable=result.trainable, upstream=result.upstream,
+            )
+            for i, c in enumerate(result.choices)
+        ]
+        # The reply is sent only after the traces are on disk: an acknowledged call is never lost.
+        await asyncio.to_thread(state.store.add_many, traces)
+        created = int(time.time())
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            chunks = stream_chunks(endpoint, request_id, created, state.model_name, result, include_usage=include_usage)
+            return StreamingResponse(_aiter(chunks), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return JSONResponse(completion_body(endpoint, request_id, created, state.model_name, result,
+                                            token_ids=bool(req.return_token_ids)))
 
-    async def completions(request: Request) -> JSONResponse:
-        req = await _parse(request, CompletionRequest)
-        params = _sampling_params(req.to_sampling_params)
-        if isinstance(req.prompt, str):
-            prompt_ids = _encode(engine, req.prompt)
-        else:
-            prompt_ids = list(req.prompt)
-        record = {"prompt": req.prompt, "sampling_params": params.model_dump()}
-        return await _sample_and_record(
-            request, "completions", prompt_ids, params, record,
-            lambda i, c: {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None},
-        )
+    async def list_models(request: Request) -> Response:
+        _session_id(request)
+        return JSONResponse({"object": "list", "data": [
+            {"id": model_name, "object": "model", "created": 0, "owned_by": "rllm"}]})
 
-    async def list_models(request: Request) -> JSONResponse:
-        return JSONResponse({
-            "object": "list",
-            "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "rllm"}],
-        })
+    async def create_session(request: Request) -> Response:
+        body = _parse(await body_of(request), SessionCreate)
+        sampling = _check_overrides(body.sampling)
+        info = SessionInfo(session_id=body.session_id or uuid.uuid4().hex, sampling=sampling, metadata=body.metadata)
+        try:
+            await asyncio.to_thread(store.create_session, info)
+        except KeyError:
+            raise OpenAIError(409, f"session {info.session_id!r} already exists: delete it first or pick another id",
+                              param="session_id", code="session_exists") from None
+        state.remember(info.session_id, [sampling, 0])
+        return JSONResponse({**info.model_dump(), "base_url": f"/sessions/{info.session_id}/v1"}, status_code=201)
 
-    async def session_traces(request: Request) -> JSONResponse:
-        traces = await asyncio.to_thread(store.list, request.path_params["session_id"])
-        return JSONResponse({"traces": [t.model_dump() for t in traces]})
-
-    async def list_sessions(request: Request) -> JSONResponse:
+    async def list_sessions(request: Request) -> Response:
         return JSONResponse({"sessions": await asyncio.to_thread(store.sessions)})
 
+    async def get_session(request: Request) -> Response:
+        session_id = _session_id(request)
+        info = await asyncio.to_thread(store.session, session_id)
+        if info is None:
+            raise OpenAIError(404, f"no session {session_id!r}", type="not_found_error", param="session_id")
+        return JSONResponse(info.model_dump())
+
+    async def delete_session(request: Request) -> Response:
+        session_id = _session_id(request)
+        n = await asyncio.to_thread(store.delete_session, session_id)
+        state.sessions.pop(session_id, None)
+        return JSONResponse({"session_id": session_id, "deleted": True, "deleted_traces": n})
+
+    async def session_traces(request: Request) -> Response:
+        q = TraceQuery(session_id=_session_id(request), limit=10_000)
+        rows = await asyncio.to_thread(store.query, q)
+        return JSONResponse({"traces": [t.public() for _, t in rows]})
+
+    async def query_traces(request: Request) -> Response:
+        try:
+            q = TraceQuery.model_validate(dict(request.query_params))
+        except ValidationError as exc:
+            raise validation_error(exc) from exc
+        rows = await asyncio.to_thread(store.query, q)
+        return JSONResponse({"traces": [{"seq": seq, **t.public()} for seq, t in rows],
+                             "last_seq": rows[-1][0] if rows else q.after_seq})
+
+    async def health(request: Request) -> Response:
+        h = await state.upstream.health()
+        return JSONResponse(h, status_code=200 if h.get("ok") else 503)
+
+    routes = []
     for prefix in ("", "/sessions/{session_id}"):
-        app.add_api_route(f"{prefix}/v1/chat/completions", chat_completions, methods=["POST"])
-        app.add_api_route(f"{prefix}/v1/completions", completions, methods=["POST"])
-        app.add_api_route(f"{prefix}/v1/models", list_models, methods=["GET"])
-    app.add_api_route("/sessions/{session_id}/traces", session_traces, methods=["GET"])
-    app.add_api_route("/sessions", list_sessions, methods=["GET"])
+        routes += [Route(f"{prefix}/v1/chat/completions", chat_completions, methods=["POST"]),
+                   Route(f"{prefix}/v1/completions", completions, methods=["POST"]),
+                   Route(f"{prefix}/v1/models", list_models, methods=["GET"])]
+    routes += [
+        Route("/sessions", create_session, methods=["POST"]),
+        Route("/sessions", list_sessions, methods=["GET"]),
+        Route("/sessions/{session_id}", get_session, methods=["GET"]),
+        Route("/sessions/{session_id}", delete_session, methods=["DELETE"]),
+        Route("/sessions/{session_id}/traces", session_traces, methods=["GET"]),
+        Route("/traces", query_traces, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(_Guard, api_key=api_key, max_body_bytes=max_body_bytes)],
+        exception_handlers={OpenAIError: _openai_error, StarletteHTTPException: _http_error, Exception: _server_error},
+    )
+    app.state.gateway = state
+    app.state.upstream = upstream
+    app.state.store = store
     return app
 
 
-async def _sample_and_record(
-    request: Request,
-    endpoint: str,
-    prompt_ids: list[int],
-    params: SamplingParams,
-    record: dict[str, Any],
-    make_choice: Any,
-) -> JSONResponse:
-    """Sample ``params.n`` choices, store one trace per choice (committed before replying), reply."""
-    state = request.app.state
+async def _aiter(chunks: Any) -> Any:
+    for c in chunks:
+        yield c
+
+
+def _session_id(request: Request) -> str:
     session_id = request.path_params.get("session_id", DEFAULT_SESSION)
-    if not prompt_ids:
-        raise OpenAIError(400, "the prompt renders to no tokens", param="prompt")
-    request_id = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
-    t0 = time.perf_counter()
-    completions: list[Completion] = await state.engine.generate(prompt_ids, params)
-    latency_ms = (time.perf_counter() - t0) * 1000.0
-    traces = [
-        Trace(
-            session_id=session_id, request_id=request_id, choice_index=i, endpoint=endpoint,
-            request=record, response_text=c.text, prompt_token_ids=c.prompt_ids,
-            completion_token_ids=c.completion_ids, logprobs=c.logprobs, finish_reason=c.finish_reason,
-            latency_ms=latency_ms, weight_version=c.weight_version,
-        )
-        for i, c in enumerate(completions)
-    ]
-    # The reply is sent only after the traces are on disk: an acknowledged call is never lost.
-    await asyncio.to_thread(state.store.add_many, traces)
-    completion_tokens = sum(len(c.completion_ids) for c in completions)
-    return JSONResponse({
-        "id": request_id,
-        "object": "chat.completion" if endpoint == "chat.completions" else "text_completion",
-        "created": int(time.time()),
-        "model": state.model_name,
-        "choices": [make_choice(i, c) for i, c in enumerate(completions)],
-        "usage": {
-            "prompt_tokens": len(prompt_ids),
-            "completion_tokens": completion_tokens,
-            "total_tokens": len(prompt_ids) + completion_tokens,
-        },
-    })
+    if not SESSION_ID.match(session_id):
+        raise OpenAIError(400, "a session id is 1-256 characters of letters, digits and . _ : ~ @ + = -",
+                          param="session_id")
+    return session_id
 
 
-async def _parse(request: Request, model: type[BaseModel]) -> Any:
+def _check_overrides(sampling: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(sampling) - set(_OVERRIDABLE))
+    if unknown:
+        raise OpenAIError(400, f"sampling overrides may set {', '.join(_OVERRIDABLE)}; not {', '.join(unknown)}",
+                          param="sampling")
     try:
-        body = await request.json()
-    except Exception as exc:
+        SamplingParams.model_validate(sampling)
+    except ValidationError as exc:
+        err = validation_error(exc)
+        raise OpenAIError(400, f"sampling.{err.message}", param="sampling") from exc
+    return sampling
+
+
+def _sampling_params(build: Any, session_state: list[Any]) -> SamplingParams:
+    """The request's params with the session's overrides on top; a seeded session seeds each call."""
+    try:
+        params = build()
+        overrides, calls = session_state
+        if overrides:
+            merged = {**params.model_dump(), **overrides}
+            if overrides.get("seed") is not None:
+                merged["seed"] = overrides["seed"] + _SEED_STRIDE * calls
+            params = SamplingParams.model_validate(merged)
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    session_state[1] += 1
+    return params
+
+
+def _parse(body: bytes, model: type[BaseModel]) -> Any:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
         raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
+    except RecursionError as exc:
+        raise OpenAIError(400, "the request body is nested too deeply") from exc
+    if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     try:
-        return model.model_validate(body)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc) from exc
+    except RecursionError as exc:
+        raise OpenAIError(400, "the request body is nested too deeply") from exc
 
 
-def _sampling_params(build: Any) -> SamplingParams:
-    try:
-        return build()
-    except ValidationError as exc:
-        raise validation_error(exc) from exc
+def _error(err: OpenAIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status_code)
 
 
-def _encode(engine: InferenceEngine, text: str) -> list[int]:
-    tokenizer = getattr(engine, "tokenizer", None)
-    if tokenizer is None:
-        raise OpenAIError(400, "this engine takes text prompts only as token id lists", param="prompt")
-    return list(tokenizer(text)["input_ids"])
+async def _openai_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OpenAIError)
+    return _error(exc)
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(OpenAIError)
-    async def openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status_code)
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return _error(OpenAIError(exc.status_code, str(exc.detail), type=kind))
 
-    @app.exception_handler(RequestValidationError)
-    async def request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(OpenAIError(400, f"invalid request: {exc.errors()}").body(), status_code=400)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        err = OpenAIError(exc.status_code, str(exc.detail), type=kind)
-        return JSONResponse(err.body(), status_code=exc.status_code)
+async def _server_error(request: Request, exc: Exception) -> Response:
+    logger.exception("gateway request failed")
+    return _error(OpenAIError(500, f"the gateway failed: {type(exc).__name__}: {exc}", type="server_error"))
 
-    @app.exception_handler(Exception)
-    async def server_error(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("gateway request failed")
-        err = OpenAIError(500, f"the gateway failed: {type(exc).__name__}: {exc}", type="server_error")
-        return JSONResponse(err.body(), status_code=500)
+
+class _Guard:
+    """Pure ASGI middleware (no per-request task like BaseHTTPMiddleware): the API key, and a body-size
+    limit checked on ``content-length`` before anything is read."""
+
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int) -> None:
+        self.app = app
+        self.api_key = api_key.encode() if api_key is not None else None
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        err = None
+        if self.api_key is not None:
+            scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.api_key):
+                err = OpenAIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' with the "
+                                       "gateway's key", code="invalid_api_key")
+        length = headers.get(b"content-length")
+        if err is None and length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            err = OpenAIError(413, f"the request body is larger than the gateway's limit of {self.max_body_bytes} "
+                                   "bytes", code="request_too_large")
+        if err is not None:
+            await _error(err)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

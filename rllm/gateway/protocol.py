@@ -38,23 +38,24 @@ class OpenAIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-# Request fields the gateway would have to honour to be correct, and does not yet.
+# Request fields the gateway would have to honour to be correct, and does not.
 _UNSUPPORTED = {
-    "tools": "tool calls are not supported by the gateway yet",
-    "functions": "function calls are not supported by the gateway yet",
-    "tool_choice": "tool calls are not supported by the gateway yet",
-    "response_format": "response_format (JSON mode) is not supported by the gateway yet",
-    "logit_bias": "logit_bias is not supported by the gateway yet",
-    "presence_penalty": "presence_penalty is not supported by the gateway yet",
-    "frequency_penalty": "frequency_penalty is not supported by the gateway yet",
-    "best_of": "best_of is not supported by the gateway yet",
-    "echo": "echo is not supported by the gateway yet",
-    "logprobs": "logprobs in the response are not supported yet; read them from /sessions/{id}/traces",
-    "top_logprobs": "top_logprobs are not supported by the gateway yet",
-    "suffix": "suffix is not supported by the gateway yet",
+    "functions": "the legacy 'functions' field is not supported: send 'tools' instead",
+    "function_call": "the legacy 'function_call' field is not supported: send 'tool_choice' instead",
+    "response_format": "response_format (JSON mode) is not supported by the gateway",
+    "logit_bias": "logit_bias is not supported by the gateway",
+    "presence_penalty": "presence_penalty is not supported by the gateway",
+    "frequency_penalty": "frequency_penalty is not supported by the gateway",
+    "best_of": "best_of is not supported by the gateway",
+    "echo": "echo is not supported by the gateway",
+    "suffix": "suffix is not supported by the gateway",
 }
 # Values that mean "off" for the unsupported fields: sending them is harmless.
-_OFF_VALUES: tuple[Any, ...] = (None, 0, 0.0, False, 1, {}, [], "none", "auto")
+_OFF_VALUES: tuple[Any, ...] = (None, 0, 0.0, False, 1, {}, [], "none", "auto", {"type": "text"})
+
+
+_NO_TOP_LOGPROBS = ("top_logprobs > 0 is not supported: the gateway reports the sampled token's logprob "
+                    "only (send 0)")
 
 
 class TextPart(BaseModel):
@@ -62,6 +63,23 @@ class TextPart(BaseModel):
 
     type: Literal["text"]
     text: str
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: str
+
+
+class ToolCallSpec(BaseModel):
+    """An assistant message's tool call, as OpenAI clients send it back in the history."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class ChatMessage(BaseModel):
@@ -73,6 +91,16 @@ class ChatMessage(BaseModel):
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: list[ToolCallSpec] | None = None
+    refusal: str | None = None
+
+    @model_validator(mode="after")
+    def _tool_fields_fit_role(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
 
     def as_template_dict(self) -> dict[str, Any]:
         content = self.content
@@ -83,7 +111,31 @@ class ChatMessage(BaseModel):
             out["name"] = self.name
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            out["tool_calls"] = [tc.model_dump() for tc in self.tool_calls]
         return out
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
 
 
 class _SamplingRequest(BaseModel):
@@ -97,13 +149,14 @@ class _SamplingRequest(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    # vLLM's extension, spoken here too: the reply carries the prompt and completion token ids.
+    return_token_ids: bool | None = None
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> _SamplingRequest:
-        if self.stream:
-            raise ValueError("stream=true is not supported by the gateway yet; send stream=false")
         for key, value in (self.model_extra or {}).items():
             if key in _UNSUPPORTED and not any(value == off for off in _OFF_VALUES):
                 raise ValueError(_UNSUPPORTED[key])
@@ -125,6 +178,19 @@ class _SamplingRequest(BaseModel):
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[ToolSpec] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _tool_choice_needs_tools(self) -> ChatCompletionRequest:
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise ValueError("tool_choice needs tools: send the tools the model may call")
+        if self.top_logprobs:
+            raise ValueError(_NO_TOP_LOGPROBS)
+        return self
 
     def to_sampling_params(self) -> SamplingParams:
         # max_completion_tokens is the newer name; it wins when both are sent, as in OpenAI's API.
@@ -135,6 +201,14 @@ class CompletionRequest(_SamplingRequest):
     """A text completion of one prompt: a string, or a list of token ids (sent as is)."""
 
     prompt: str | list[int]
+    logprobs: int | None = Field(None, ge=0)
+
+    @field_validator("logprobs")
+    @classmethod
+    def _sampled_logprob_only(cls, v: int | None) -> int | None:
+        if v:
+            raise ValueError(_NO_TOP_LOGPROBS.replace("top_logprobs", "logprobs"))
+        return v
 
     @field_validator("prompt", mode="before")
     @classmethod

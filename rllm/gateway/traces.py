@@ -1,19 +1,24 @@
 """The trace store: every LLM call the gateway serves, with the exact tokens and logprobs behind it.
 
 A **Trace** is one sampled choice of one request: what the model was shown (``prompt_token_ids``), what it
-produced (``completion_token_ids``, one ``logprobs`` entry per token) and the text the client received.
-A request with ``n > 1`` gives ``n`` traces that share a ``request_id`` and differ in ``choice_index``:
-each choice is a separate training sample. The workflow engine later reads a session's traces and turns
-them into :class:`rllm.types.Step` objects; it never re-tokenizes ``response_text``.
+produced (``completion_token_ids``, one ``logprobs`` entry per token) and what the client received
+(``response_text``, and for chat the whole ``response_message`` with any tool calls). A request with
+``n > 1`` gives ``n`` traces that share a ``request_id`` and differ in ``choice_index``: each choice is a
+separate training sample. The workflow engine later reads a session's traces and turns them into
+:class:`rllm.types.Step` objects; it never re-tokenizes ``response_text``.
 
-Storage is SQLite in WAL mode with ``synchronous=FULL``: :meth:`TraceStore.add` returns only after its
-transaction is on disk, so a trace the client saw acknowledged survives the process being killed. The
-table is meant to live in the run store's database file once ``rllm/store`` exists.
+A **session** is the unit an agent run is routed by (``/sessions/{id}/v1``). It exists implicitly as soon
+as a trace names it, or explicitly when created with sampling overrides (the trainer does that, so an
+agent's own ``temperature=0.7`` cannot change how the policy is sampled during training).
+
+Storage is SQLite in WAL mode with ``synchronous=FULL``: :meth:`TraceStore.add_many` returns only after its
+transaction is on disk, so a trace the client saw acknowledged survives the process being killed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -36,31 +41,42 @@ CREATE TABLE IF NOT EXISTS traces (
     endpoint TEXT NOT NULL,
     request TEXT NOT NULL,
     response_text TEXT NOT NULL,
+    response_message TEXT,
     prompt_token_ids TEXT NOT NULL,
     completion_token_ids TEXT NOT NULL,
     logprobs TEXT NOT NULL,
     finish_reason TEXT,
     latency_ms REAL NOT NULL,
-    weight_version INTEGER NOT NULL
+    weight_version INTEGER NOT NULL,
+    trainable INTEGER NOT NULL,
+    upstream TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS traces_by_session ON traces (session_id, seq);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    sampling TEXT NOT NULL,
+    metadata TEXT NOT NULL
+);
 """
 
 _COLUMNS = (
     "trace_id", "session_id", "request_id", "choice_index", "created_at", "endpoint", "request",
-    "response_text", "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason",
-    "latency_ms", "weight_version",
+    "response_text", "response_message", "prompt_token_ids", "completion_token_ids", "logprobs",
+    "finish_reason", "latency_ms", "weight_version", "trainable", "upstream",
 )
-_JSON_COLUMNS = {"request", "prompt_token_ids", "completion_token_ids", "logprobs"}
+_JSON_COLUMNS = {"request", "response_message", "prompt_token_ids", "completion_token_ids", "logprobs"}
 
 
 class Trace(BaseModel):
     """One sampled choice of one gateway request, recorded token-faithfully.
 
-    ``request`` is the validated request as the gateway understood it (messages or prompt, and the
+    ``request`` is the validated request as the gateway understood it (messages or prompt, tools, and the
     sampling params it used). ``response_text`` is the text returned to the client (cut before a stop
     string when one matched); ``completion_token_ids`` keep every sampled token, the stop string's and the
-    eos token included. ``weight_version`` is the policy version that sampled it.
+    eos token included. ``weight_version`` is the policy version that sampled it. ``trainable`` is false
+    when the upstream could not report token ids and logprobs (a plain OpenAI-compatible server): such a
+    trace documents the call but cannot be trained on. ``upstream`` names the worker that served it.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,12 +89,15 @@ class Trace(BaseModel):
     endpoint: Literal["chat.completions", "completions"]
     request: dict[str, Any]
     response_text: str
+    response_message: dict[str, Any] | None = None
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
     logprobs: list[float]
     finish_reason: str | None = None
     latency_ms: float
     weight_version: int = 0
+    trainable: bool = True
+    upstream: str = "local"
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Trace:
@@ -87,11 +106,47 @@ class Trace(BaseModel):
                 f"Trace needs one logprob per completion token: got {len(self.logprobs)} logprobs for "
                 f"{len(self.completion_token_ids)} tokens"
             )
+        if self.trainable and not self.completion_token_ids and self.finish_reason != "length":
+            # An empty sampled completion is impossible from an engine (eos is itself a token).
+            raise ValueError("a trainable Trace needs its completion token ids")
         return self
+
+    def public(self) -> dict[str, Any]:
+        """JSON-safe form for the HTTP API: ``-inf`` logprobs (a token the filter had ruled out) become
+        ``-9999.0`` (vLLM's convention), since JSON has no infinities."""
+        data = self.model_dump()
+        data["logprobs"] = [lp if math.isfinite(lp) else -9999.0 for lp in self.logprobs]
+        return data
+
+
+class SessionInfo(BaseModel):
+    """A session's settings: ``sampling`` fields override those of every request made in the session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    created_at: float = Field(default_factory=time.time)
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    num_traces: int = 0
+
+
+class TraceQuery(BaseModel):
+    """Filters of ``GET /traces``. ``session_prefix`` selects an episode's role sessions
+    (``ep1:solver``, ``ep1:judge``) at once; ``after_seq`` pages (pass the last ``seq`` seen)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = None
+    session_prefix: str | None = None
+    endpoint: Literal["chat.completions", "completions"] | None = None
+    since: float | None = None  # created_at >= since (unix seconds)
+    after_seq: int = 0
+    limit: int = Field(100, ge=1, le=10_000)
 
 
 class TraceStore:
-    """Traces in one SQLite file. Blocking: call it from a worker thread inside async code.
+    """Traces and sessions in one SQLite file. Blocking: call it from a worker thread inside async code.
 
     One connection shared by the threads that use this object, serialized by a lock; readers in other
     processes open their own connection (WAL lets them read while the gateway writes).
@@ -107,7 +162,14 @@ class TraceStore:
         self._conn.execute("PRAGMA synchronous=FULL")
         with self._conn:
             self._conn.executescript(_SCHEMA)
+        cols = {r[1] for r in self._conn.execute("PRAGMA table_info(traces)")}
+        if not set(_COLUMNS) <= cols:
+            raise RuntimeError(
+                f"{self.path} holds traces in an older layout (missing columns "
+                f"{sorted(set(_COLUMNS) - cols)}): point the gateway at a new --store file"
+            )
 
+    # ------------------------------------------------------------------ traces
     def add(self, trace: Trace) -> None:
         """Store one trace; it is committed (and fsynced) when this returns."""
         self.add_many([trace])
@@ -123,18 +185,76 @@ class TraceStore:
 
     def list(self, session_id: str) -> list[Trace]:
         """A session's traces in the order they were stored."""
-        sql = f"SELECT {', '.join(_COLUMNS)} FROM traces WHERE session_id = ? ORDER BY seq"
+        return [t for _, t in self.query(TraceQuery(session_id=session_id, limit=10_000))]
+
+    def query(self, q: TraceQuery) -> list[tuple[int, Trace]]:
+        """``(seq, trace)`` pairs matching ``q``, oldest first."""
+        where, args = ["seq > ?"], [q.after_seq]
+        if q.session_id is not None:
+            where.append("session_id = ?")
+            args.append(q.session_id)
+        if q.session_prefix is not None:
+            # GLOB, not LIKE: '_' and '%' are ordinary characters in session ids.
+            where.append("substr(session_id, 1, ?) = ?")
+            args += [len(q.session_prefix), q.session_prefix]
+        if q.endpoint is not None:
+            where.append("endpoint = ?")
+            args.append(q.endpoint)
+        if q.since is not None:
+            where.append("created_at >= ?")
+            args.append(q.since)
+        sql = (f"SELECT seq, {', '.join(_COLUMNS)} FROM traces WHERE {' AND '.join(where)} "
+               "ORDER BY seq LIMIT ?")
         with self._lock:
-            rows = self._conn.execute(sql, (session_id,)).fetchall()
-        return [_from_row(r) for r in rows]
+            rows = self._conn.execute(sql, (*args, q.limit)).fetchall()
+        return [(r[0], _from_row(r[1:])) for r in rows]
+
+    # ------------------------------------------------------------------ sessions
+    def create_session(self, info: SessionInfo) -> SessionInfo:
+        """Register a session with its overrides; raises ``KeyError`` if it already exists."""
+        with self._lock, self._conn:
+            exists = self._conn.execute(
+                "SELECT 1 FROM sessions WHERE session_id = ?", (info.session_id,)).fetchone()
+            if exists:
+                raise KeyError(info.session_id)
+            self._conn.execute(
+                "INSERT INTO sessions (session_id, created_at, sampling, metadata) VALUES (?, ?, ?, ?)",
+                (info.session_id, info.created_at, json.dumps(info.sampling), json.dumps(info.metadata)),
+            )
+        return info
+
+    def session(self, session_id: str) -> SessionInfo | None:
+        """A session's settings and trace count; None when it was neither created nor used."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT created_at, sampling, metadata FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            count, first = self._conn.execute(
+                "SELECT COUNT(*), MIN(created_at) FROM traces WHERE session_id = ?", (session_id,)).fetchone()
+        if row is None and count == 0:
+            return None
+        if row is None:
+            return SessionInfo(session_id=session_id, created_at=first, num_traces=count)
+        return SessionInfo(session_id=session_id, created_at=row[0], sampling=json.loads(row[1]),
+                           metadata=json.loads(row[2]), num_traces=count)
 
     def sessions(self) -> list[str]:
-        """Every session id with at least one trace, in order of its first trace."""
+        """Every session id, created or with at least one trace, in order of first appearance."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT session_id FROM traces GROUP BY session_id ORDER BY MIN(seq)"
+                "SELECT session_id, MIN(t) FROM ("
+                " SELECT session_id, created_at AS t FROM sessions"
+                " UNION ALL SELECT session_id, MIN(created_at) FROM traces GROUP BY session_id"
+                ") GROUP BY session_id ORDER BY MIN(t)"
             ).fetchall()
         return [r[0] for r in rows]
+
+    def delete_session(self, session_id: str) -> int:
+        """Forget a session and its traces; returns how many traces were deleted."""
+        with self._lock, self._conn:
+            n = self._conn.execute("DELETE FROM traces WHERE session_id = ?", (session_id,)).rowcount
+            self._conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        return n
 
     def close(self) -> None:
         with self._lock:
@@ -154,4 +274,5 @@ def _to_row(trace: Trace) -> tuple[Any, ...]:
 
 def _from_row(row: tuple[Any, ...]) -> Trace:
     data = {c: json.loads(v) if c in _JSON_COLUMNS else v for c, v in zip(_COLUMNS, row)}
+    data["trainable"] = bool(data["trainable"])
     return Trace.model_validate(data)

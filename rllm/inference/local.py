@@ -91,11 +91,15 @@ class LocalEngine:
         *,
         max_batch_rows: int = 64,
         seed: int = 0,
+        batch_wait_ms: float = 0.0,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
         self.max_batch_rows = max_batch_rows
+        # Requests that come over HTTP (the gateway) arrive spread over a few milliseconds; waiting until
+        # none has arrived for batch_wait_ms lets them join one batch instead of the first running alone.
+        self.batch_wait_s = batch_wait_ms / 1000.0
         self.weight_version = 0
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
@@ -186,6 +190,14 @@ class LocalEngine:
                 continue
             # Let the rows of requests submitted in the same event-loop tick join this batch.
             await asyncio.sleep(0)
+            if self.batch_wait_s > 0:
+                for _ in range(20):  # at most 20 windows, so a steady trickle cannot starve the batch
+                    seen = len(self._pending)
+                    if seen >= self.max_batch_rows:
+                        break
+                    await asyncio.sleep(self.batch_wait_s)
+                    if len(self._pending) == seen:
+                        break
             # A request cancelled while it waited (its episode timed out) is not worth decoding.
             self._pending = [r for r in self._pending if not r.done.done()]
             batch = self._pending[: self.max_batch_rows]

@@ -117,16 +117,25 @@ class AgentTrainer:
         self,
         config: TrainConfig,
         *,
-        workflow: Workflow | None = None,
+        workflow: Workflow | Any | None = None,
+        evaluator: Any | None = None,
         train_tasks: list[dict[str, Any]] | None = None,
         test_tasks: list[dict[str, Any]] | None = None,
     ) -> None:
         from rllm.data.builtin import make_tasks
         from rllm.models import resolve_model
+        from rllm.sdk.decorators import Rollout
         from rllm.workflows.single_turn import SingleTurnWorkflow
 
         self.cfg = config
         check_config(config, LocalBackend.capabilities)
+        # An @rllm.rollout flow talks to the model over HTTP: the trainer serves its engine behind an
+        # embedded gateway and runs the flow through a GatewayWorkflow (one session per episode).
+        self.agent_flow = workflow if isinstance(workflow, Rollout) else None
+        if evaluator is not None and self.agent_flow is None:
+            raise TypeError("evaluator= goes with an @rllm.rollout flow; a workflow scores its own episodes")
+        self.evaluator = evaluator
+        self.gateway: Any = None
         self.workflow = workflow or SingleTurnWorkflow(system_prompt=config.data.system_prompt)
         d = config.data
         self.train_tasks = train_tasks if train_tasks is not None else make_tasks(d.task, "train", d.train_size, config.trainer.seed)
@@ -159,11 +168,37 @@ class AgentTrainer:
             temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens, seed=cfg.trainer.seed
         )
         self.eval_sampling = SamplingParams(temperature=0.0, max_tokens=cfg.eval.max_tokens)
+        workflow = self.workflow
+        if self.agent_flow is not None:
+            workflow = self._start_gateway()
         self.rollouts = WorkflowEngine(
-            self.workflow, self.engine, self.train_sampling, max_concurrency=r.max_concurrency,
+            workflow, self.engine, self.train_sampling, max_concurrency=r.max_concurrency,
             timeout_s=r.timeout_s, retries=r.retries,
         )
         self.filters = FilterConfig(**cfg.algorithm.filters.model_dump())
+
+    def _start_gateway(self) -> Workflow:
+        from rllm.gateway.app import create_app
+        from rllm.gateway.server import GatewayServer
+        from rllm.gateway.traces import TraceStore
+        from rllm.gateway.upstreams import LocalUpstream
+        from rllm.sdk.workflow import GatewayWorkflow
+
+        # HTTP calls of concurrent episodes arrive a few ms apart: let them meet in one batch.
+        self.engine.batch_wait_s = self.cfg.rollout.gateway_batch_wait_ms / 1000.0
+        self.trace_store = TraceStore(self.run_dir / "traces.db")
+        app = create_app(LocalUpstream(self.engine), self.trace_store, model_name=self.cfg.model.path)
+        self.gateway = GatewayServer(app).start()
+        logger.info("agent flow %s runs against the embedded gateway at %s (traces: %s)", self.agent_flow.name,
+                    self.gateway.url, self.trace_store.path)
+        return GatewayWorkflow(self.agent_flow, self.evaluator, gateway_url=self.gateway.url,
+                               model=self.cfg.model.path)
+
+    def _stop_gateway(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+            self.trace_store.close()
+            self.gateway = None
 
     def _task_order(self, epoch: int) -> list[int]:
         """The shuffled task order of one pass over the data (cached: every step of the epoch reads it)."""
@@ -258,6 +293,13 @@ class AgentTrainer:
                 "or a new trainer.name"
             )
         self._setup()
+        try:
+            return self._train(start_step, eval_history, ckpt)
+        finally:
+            self._stop_gateway()
+
+    def _train(self, start_step: int, eval_history: list[dict[str, float]], ckpt: Path | None) -> TrainResult:
+        cfg = self.cfg
         dump_config(cfg, self.run_dir / "config.yaml")
         resume_from = ckpt if cfg.trainer.resume else None
         if resume_from is not None:
@@ -322,6 +364,11 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     if graded:
         out["accuracy"] = float(np.mean(graded))
     out["episodes"] = float(len(episodes))
+    # What flows report per episode (assembly/*, signal/*, episode_time_s): averaged over the step.
+    keys = sorted({k for e in episodes for k in e.metrics})
+    for k in keys:
+        vals = [e.metrics[k] for e in episodes if k in e.metrics]
+        out[k if "/" in k else f"episode/{k}"] = float(np.mean(vals))
     for reason, n in Counter(e.termination_reason.value for e in episodes).items():
         out[f"termination/{reason}"] = n / len(episodes)
     out["episodes/failed"] = float(sum(e.failed for e in episodes))

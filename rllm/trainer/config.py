@@ -87,6 +87,10 @@ class RolloutConfig(_Section):
     max_concurrency: int = Field(256, gt=0, description="Episodes in flight at once.")
     timeout_s: float | None = Field(None, gt=0, description="Wall-clock limit per episode; null = none.")
     retries: int = Field(0, ge=0, description="Retries of a failed or timed-out episode.")
+    gateway_batch_wait_ms: float = Field(
+        5.0, ge=0, description="@rllm.rollout flows only: how long the engine waits for more HTTP calls to join "
+        "a batch (calls of concurrent episodes arrive a few ms apart).",
+    )
 
 
 class FilterSettings(_Section):

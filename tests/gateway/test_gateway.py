@@ -3,67 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sqlite3
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-import uvicorn
+from gateway_support import API_KEY, MODEL
+from gateway_support import GatewayFixture as _Server
 
-from rllm.gateway.app import create_app
 from rllm.gateway.traces import Trace, TraceStore
-from rllm.inference.local import LocalEngine
-
-API_KEY = "test-key"
-MODEL = "tiny"
-
-
-class _Server:
-    def __init__(self, url: str, engine: LocalEngine, store: TraceStore) -> None:
-        self.url, self.engine, self.store = url, engine, store
-
-    def client(self, session: str | None = None, api_key: str = API_KEY) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self._base(session), api_key=api_key, max_retries=0, timeout=60)
-
-    def async_client(self, session: str | None = None) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self._base(session), api_key=API_KEY, max_retries=0, timeout=60)
-
-    def _base(self, session: str | None) -> str:
-        return f"{self.url}/v1" if session is None else f"{self.url}/sessions/{session}/v1"
-
-    def traces(self, session: str) -> list[dict]:
-        r = httpx.get(f"{self.url}/sessions/{session}/traces", headers={"Authorization": f"Bearer {API_KEY}"})
-        assert r.status_code == 200, r.text
-        return r.json()["traces"]
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Server]:
-    engine = LocalEngine.from_pretrained(str(tiny_model_dir), device="cpu", dtype="float32")
-    store = TraceStore(tmp_path_factory.mktemp("gateway") / "traces.db")
-    app = create_app(engine, store, model_name=MODEL, api_key=API_KEY)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield _Server(f"http://127.0.0.1:{port}", engine, store)
-    srv.should_exit = True
-    thread.join(timeout=10)
-    store.close()
-    sock.close()
 
 
 def _decode(server: _Server, ids: list[int]) -> str:
@@ -141,7 +92,9 @@ def test_text_completion_default_session_and_models(server: _Server) -> None:
         b'{"model": "tiny", "messages": "hi"}',
         b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "lots"}',
         b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": -1}',
-        b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": true}',
+        b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3, "logprobs": true}',
+        b'{"model": "tiny", "messages": [{"role": "tool", "content": "4"}]}',  # no tool_call_id
+        b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"}',  # no tools
         b"[1, 2]",
     ],
 )
@@ -163,10 +116,9 @@ def test_batched_text_prompts_are_refused(server: _Server) -> None:
 def test_openai_client_raises_bad_request(server: _Server) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         server.client().chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}],
-            tools=[{"type": "function", "function": {"name": "f"}}],
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], response_format={"type": "json_object"},
         )
-    assert "tool" in info.value.message
+    assert "response_format" in info.value.message
 
 
 def test_api_key_required(server: _Server) -> None:

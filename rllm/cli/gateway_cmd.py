@@ -1,0 +1,58 @@
+"""``rllm gateway``: serve a model behind the OpenAI-compatible, trace-recording gateway."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def add_gateway_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "gateway", help="serve a model behind the OpenAI-compatible gateway that records token-faithful traces",
+        description="Serve MODEL at http://HOST:PORT/v1 and per session at /sessions/{id}/v1; every call is "
+        "stored with its prompt/completion token ids and logprobs (GET /sessions/{id}/traces). With no "
+        "--upstream the model runs in the local engine; with --upstream URL the gateway forwards to vLLM, "
+        "SGLang or any OpenAI-compatible server (several URLs: session-sticky routing with fail-over).",
+    )
+    p.add_argument("--model", required=True, help="built-in name (smollm2-135m), a model directory, or the name "
+                   "to serve an upstream's model under")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--upstream", action="append", default=[], metavar="URL",
+                   help="an upstream server's base URL (repeat for several workers)")
+    p.add_argument("--upstream-kind", choices=["auto", "vllm", "sglang", "openai"], default="auto",
+                   help="how to ask the upstream for token ids (default: detect)")
+    p.add_argument("--upstream-model", help="the model name the upstream serves (default: its first model)")
+    p.add_argument("--upstream-api-key", default=os.environ.get("RLLM_UPSTREAM_API_KEY"),
+                   help="key sent to the upstream (default: $RLLM_UPSTREAM_API_KEY)")
+    p.add_argument("--store", default="gateway_traces.db", help="SQLite trace store (default: ./gateway_traces.db)")
+    p.add_argument("--api-key", default=os.environ.get("RLLM_GATEWAY_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (default: $RLLM_GATEWAY_API_KEY, else none)")
+    p.add_argument("--max-body-mb", type=float, default=16.0, help="largest request body accepted (default: 16)")
+    p.add_argument("--tool-format", default="hermes", help="tool-call text format of the local model (hermes)")
+    p.add_argument("--device", default="auto", help="local engine device (auto, cpu, cuda)")
+    p.add_argument("--dtype", default="auto", help="local engine dtype (auto, bfloat16, float32)")
+    p.set_defaults(func=run_gateway)
+    return p
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    from rllm.gateway.server import serve
+    from rllm.gateway.upstreams import UpstreamError
+
+    if not 0 < args.port < 65536:
+        print(f"rllm gateway: error: --port must be 1-65535, not {args.port}", file=sys.stderr)
+        return 2
+    try:
+        serve(
+            model=args.model, host=args.host, port=args.port, store_path=args.store, upstreams=args.upstream,
+            upstream_kind=args.upstream_kind, upstream_model=args.upstream_model, api_key=args.api_key,
+            upstream_api_key=args.upstream_api_key, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            tool_format=args.tool_format, device=args.device, dtype=args.dtype,
+        )
+    except (UpstreamError, ValueError, FileNotFoundError) as exc:
+        print(f"rllm gateway: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,317 @@
+"""HTTP upstreams: vLLM, SGLang or any OpenAI-compatible server, behind one or more worker URLs.
+
+For every call the gateway asks the upstream for what training needs, in that engine's own dialect:
+
+- **vLLM**: ``return_token_ids: true`` (prompt ids at the top level, completion ids per choice) and
+  ``logprobs`` (per-token logprobs of the sampled tokens);
+- **SGLang**: ``return_prompt_token_ids: true`` and ``logprobs: true`` (each logprob entry carries its
+  ``token_id``);
+- **openai**: any other OpenAI-compatible server. It returns text (and at best logprobs) but no token ids,
+  so its traces are stored with ``trainable=false``: they document the run but are never trained on.
+
+The client never sees these extra fields: the gateway builds its reply from the parsed choices.
+
+Routing: a session sticks to the worker that served its first call (its prefix cache stays warm for the
+next turn); a new session, or one whose worker is down, goes to the least-loaded healthy worker.
+Connection errors and 5xx answers are retried on another worker; a background task re-checks worker
+health every ``health_interval_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from rllm.gateway.upstreams import UpstreamChoice, UpstreamError, UpstreamRequest, UpstreamResult
+
+logger = logging.getLogger(__name__)
+
+Kind = Literal["vllm", "sglang", "openai"]
+_RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.RemoteProtocolError,
+              httpx.WriteError, httpx.PoolTimeout)
+
+
+@dataclass
+class Worker:
+    """One upstream server. ``base_url`` ends in ``/v1``; ``root`` is the server root (health, version)."""
+
+    base_url: str
+    inflight: int = 0
+    healthy: bool = True
+    served: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+    @property
+    def root(self) -> str:
+        return self.base_url.removesuffix("/").removesuffix("/v1")
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"upstream URL {url!r} must start with http:// or https://")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+class HTTPUpstream:
+    """Forwards calls to OpenAI-compatible servers of one ``kind`` (``auto`` detects it at start)."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        kind: Kind | Literal["auto"] = "auto",
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        retries: int = 2,
+        health_interval_s: float = 5.0,
+        max_sticky_sessions: int = 100_000,
+    ) -> None:
+        if not urls:
+            raise ValueError("HTTPUpstream needs at least one upstream URL")
+        self.workers = [Worker(_base_url(u)) for u in urls]
+        self.kind: Kind | Literal["auto"] = kind
+        self.model = model
+        self.retries = retries
+        self.health_interval_s = health_interval_s
+        self.max_sticky_sessions = max_sticky_sessions
+        self._sticky: OrderedDict[str, Worker] = OrderedDict()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout_s, limits=limits)
+        self._health_task: asyncio.Task | None = None
+        self._started = False
+        self._start_lock: asyncio.Lock | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{','.join(w.base_url for w in self.workers)}"
+
+    @property
+    def trainable(self) -> bool:
+        return self.kind in ("vllm", "sglang")
+
+    # ------------------------------------------------------------------ start-up
+    async def start(self) -> None:
+        """Detect the kind and the served model from the first worker that answers; start health checks."""
+        if self._started:
+            return
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._started:
+                return
+            errors = []
+            for w in self.workers:
+                try:
+                    if self.kind == "auto":
+                        self.kind = await self._detect_kind(w)
+                    if self.model is None:
+                        r = await self._client.get(f"{w.base_url}/models", timeout=10)
+                        r.raise_for_status()
+                        self.model = r.json()["data"][0]["id"]
+                    break
+                except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                    errors.append(f"{w.base_url}: {type(exc).__name__}: {exc}")
+                    w.healthy = False
+            else:
+                raise UpstreamError(503, "no upstream worker answered: " + "; ".join(errors))
+            if not self.trainable:
+                logger.warning("upstream %s is a plain OpenAI-compatible server: it returns no token ids, so "
+                               "its traces are stored as not trainable", self.name)
+            self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
+            self._started = True
+
+    async def _detect_kind(self, w: Worker) -> Kind:
+        r = await self._client.get(f"{w.root}/version", timeout=10)
+        if r.status_code == 200 and "version" in r.text:
+            return "vllm"
+        r = await self._client.get(f"{w.root}/get_model_info", timeout=10)
+        if r.status_code == 200:
+            return "sglang"
+        return "openai"
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            await asyncio.gather(*(self.check(w) for w in self.workers))
+
+    async def check(self, w: Worker) -> bool:
+        """Probe one worker (``/health`` of vLLM/SGLang, ``/v1/models`` elsewhere); update its state."""
+        url = f"{w.root}/health" if self.kind in ("vllm", "sglang") else f"{w.base_url}/models"
+        try:
+            ok = (await self._client.get(url, timeout=5)).status_code == 200
+            w.last_error = None if ok else f"health check {url} answered non-200"
+        except httpx.HTTPError as exc:
+            ok, w.last_error = False, f"{type(exc).__name__}: {exc}"
+        if ok != w.healthy:
+            logger.warning("upstream worker %s is now %s", w.base_url, "healthy" if ok else "unhealthy")
+        w.healthy = ok
+        return ok
+
+    # ------------------------------------------------------------------ routing
+    def pick(self, session_id: str, exclude: set[str] = frozenset()) -> Worker | None:  # type: ignore[assignment]
+        """The session's sticky worker if it is healthy, else the least-loaded healthy one (which then
+        becomes sticky). None when no worker outside ``exclude`` is healthy."""
+        w = self._sticky.get(session_id)
+        if w is not None and w.healthy and w.base_url not in exclude:
+            self._sticky.move_to_end(session_id)
+            return w
+        candidates = [w for w in self.workers if w.healthy and w.base_url not in exclude]
+        if not candidates:  # every worker failed a check: try the unhealthy ones rather than give up
+            candidates = [w for w in self.workers if w.base_url not in exclude]
+        if not candidates:
+            return None
+        w = min(candidates, key=lambda w: (w.inflight, w.served))
+        self._sticky[session_id] = w
+        if len(self._sticky) > self.max_sticky_sessions:
+            self._sticky.popitem(last=False)
+        return w
+
+    # ------------------------------------------------------------------ calls
+    async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
+        await self.start()
+        body = self.request_body(request)
+        path = "/chat/completions" if request.endpoint == "chat.completions" else "/completions"
+        tried: set[str] = set()
+        last = "no worker tried"
+        for _ in range(self.retries + 1):
+            w = self.pick(session_id, tried)
+            if w is None:
+                break
+            tried.add(w.base_url)
+            w.inflight += 1
+            try:
+                resp = await self._client.post(w.base_url + path, json=body)
+            except _RETRYABLE as exc:
+                w.healthy, w.failures = False, w.failures + 1
+                last = w.last_error = f"{w.base_url}: {type(exc).__name__}: {exc}"
+                logger.warning("upstream call failed, retrying on another worker: %s", last)
+                continue
+            finally:
+                w.inflight -= 1
+            if resp.status_code >= 500:
+                w.failures += 1
+                last = f"{w.base_url} answered {resp.status_code}: {resp.text[:500]}"
+                continue
+            if resp.status_code >= 400:
+                raise UpstreamError(resp.status_code, f"the upstream refused the request: {_error_text(resp)}")
+            w.served += 1
+            return self.parse_response(resp.json(), request, upstream=w.base_url)
+        raise UpstreamError(502, f"no upstream worker could serve the request ({last})")
+
+    def request_body(self, request: UpstreamRequest) -> dict[str, Any]:
+        """The upstream request: the client's request with the session's sampling, plus the fields this
+        kind of engine needs to return token ids and logprobs."""
+        p = request.params
+        body: dict[str, Any] = {"model": self.model, "n": p.n, "temperature": p.temperature, "top_p": p.top_p,
+                                "max_tokens": p.max_tokens, "stream": False}
+        if p.stop:
+            body["stop"] = p.stop
+        if p.seed is not None:
+            body["seed"] = p.seed
+        if p.top_k:
+            if self.kind == "openai":
+                raise UpstreamError(400, "top_k is not part of the OpenAI API this upstream speaks: drop it")
+            body["top_k"] = p.top_k
+        if p.ignore_eos:
+            body["ignore_eos"] = True
+        if request.endpoint == "chat.completions":
+            body["messages"] = request.messages
+            if request.tools:
+                body["tools"] = request.tools
+            if request.tool_choice is not None:
+                body["tool_choice"] = request.tool_choice
+            body["logprobs"] = True
+        else:
+            body["prompt"] = request.prompt
+            body["logprobs"] = 1 if self.kind == "openai" else 0
+        if self.kind == "vllm":
+            body["return_token_ids"] = True
+            # Keep the eos/stop tokens in the ids and the text decision ours to match the local engine.
+            body["skip_special_tokens"] = True
+        elif self.kind == "sglang":
+            body["return_prompt_token_ids"] = True
+        return body
+
+    def parse_response(self, data: dict[str, Any], request: UpstreamRequest, *, upstream: str) -> UpstreamResult:
+        """Read the token ids and logprobs out of an upstream reply (each kind puts them elsewhere)."""
+        try:
+            raw_choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+        except (KeyError, TypeError) as exc:
+            raise UpstreamError(502, f"the upstream reply has no choices: {str(data)[:300]}") from exc
+        prompt_ids = data.get("prompt_token_ids") or (raw_choices[0].get("prompt_token_ids") if raw_choices else None)
+        choices, trainable = [], self.trainable and prompt_ids is not None
+        for c in raw_choices:
+            ids, lps, strings = _token_ids_and_logprobs(c, request.endpoint)
+            if ids is None or lps is None or len(ids) != len(lps):
+                trainable = False
+            if request.endpoint == "chat.completions":
+                msg = c.get("message") or {}
+                text, tool_calls = msg.get("content") or "", msg.get("tool_calls") or None
+            else:
+                text, tool_calls = c.get("text") or "", None
+            choices.append(UpstreamChoice(
+                text=text, tool_calls=tool_calls, finish_reason=c.get("finish_reason") or "stop",
+                completion_ids=ids or [], logprobs=lps or [], token_strings=strings if request.logprobs else None,
+            ))
+        if not trainable:
+            for ch in choices:  # keep the record honest: no half-filled token lists
+                ch.completion_ids, ch.logprobs = [], []
+            prompt_ids = []
+        return UpstreamResult(prompt_ids=list(prompt_ids or []), choices=choices, trainable=trainable,
+                              upstream=upstream)
+
+    async def health(self) -> dict[str, Any]:
+        return {
+            "ok": any(w.healthy for w in self.workers), "kind": self.kind, "model": self.model,
+            "workers": [{"url": w.base_url, "healthy": w.healthy, "inflight": w.inflight, "served": w.served,
+                         "failures": w.failures, "last_error": w.last_error} for w in self.workers],
+        }
+
+    async def aclose(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+        await self._client.aclose()
+
+
+def _token_ids_and_logprobs(
+    choice: dict[str, Any], endpoint: str
+) -> tuple[list[int] | None, list[float] | None, list[str] | None]:
+    """Completion token ids, their logprobs and token strings from one upstream choice, wherever the
+    engine put them (vLLM: ``token_ids``; SGLang: ``logprobs.content[i].token_id``)."""
+    ids = choice.get("token_ids")
+    lp = choice.get("logprobs") or {}
+    lps = strings = None
+    if endpoint == "chat.completions":
+        content = lp.get("content")
+        if content is not None:
+            lps = [float(e["logprob"]) for e in content]
+            strings = [e.get("token", "") for e in content]
+            if ids is None and content and all("token_id" in e for e in content):
+                ids = [int(e["token_id"]) for e in content]
+    else:
+        if lp.get("token_logprobs") is not None:
+            lps = [float(x) if x is not None else float("-inf") for x in lp["token_logprobs"]]
+            strings = lp.get("tokens")
+    return (list(ids) if ids is not None else None), lps, strings
+
+
+def _error_text(resp: httpx.Response) -> str:
+    try:
+        err = resp.json().get("error") or resp.json()
+        return str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    except ValueError:
+        return resp.text[:500]
+
+
+def now_ms() -> float:
+    return time.perf_counter() * 1000.0

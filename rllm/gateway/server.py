@@ -1,0 +1,118 @@
+"""Running the gateway: in a background thread of a training process (:class:`GatewayServer`), or as
+the ``rllm gateway`` command (:func:`serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from typing_extensions import Self
+
+from rllm.gateway.traces import TraceStore
+
+logger = logging.getLogger(__name__)
+
+
+class GatewayServer:
+    """Serves a gateway app with uvicorn on a loopback port from a daemon thread (its own event loop).
+
+    Used by the trainer to put its in-process engine behind the gateway for ``@rllm.rollout`` flows::
+
+        with GatewayServer(app) as server:
+            server.url  # http://127.0.0.1:PORT
+    """
+
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 30.0) -> None:
+        self.app = app
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = self._sock.getsockname()[:2]
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                                     timeout_keep_alive=60, backlog=4096))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        daemon=True, name="rllm-gateway")
+        self._start_timeout_s = start_timeout_s
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> GatewayServer:
+        self._thread.start()
+        deadline = time.monotonic() + self._start_timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the embedded gateway did not start on {self.url}")
+            time.sleep(0.01)
+        logger.info("gateway listening on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(
+    *,
+    model: str,
+    host: str,
+    port: int,
+    store_path: str | Path,
+    upstreams: list[str],
+    upstream_kind: str = "auto",
+    upstream_model: str | None = None,
+    api_key: str | None = None,
+    upstream_api_key: str | None = None,
+    max_body_bytes: int = 16 * 1024 * 1024,
+    tool_format: str = "hermes",
+    device: str = "auto",
+    dtype: str = "auto",
+    max_batch_rows: int = 64,
+) -> None:
+    """Blocking: serve ``model`` (from the local engine, or from ``upstreams``) until interrupted."""
+    from rllm.gateway.app import create_app
+
+    store = TraceStore(store_path)
+    if upstreams:
+        from rllm.gateway.http_upstream import HTTPUpstream
+
+        upstream: Any = HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
+                                     api_key=upstream_api_key)
+        asyncio.run(_probe(upstream))  # fail at start-up, not on the first request, when nothing answers
+        upstream = HTTPUpstream(upstreams, kind=upstream.kind, model=upstream.model, api_key=upstream_api_key)
+    else:
+        from rllm.gateway.upstreams import LocalUpstream
+        from rllm.inference.local import LocalEngine
+        from rllm.models import resolve_model
+
+        engine = LocalEngine.from_pretrained(resolve_model(model), device=device, dtype=dtype,
+                                             max_batch_rows=max_batch_rows, batch_wait_ms=2.0)
+        upstream = LocalUpstream(engine, tool_format=tool_format)
+    app = create_app(upstream, store, model_name=model, api_key=api_key, max_body_bytes=max_body_bytes)
+    logger.info("serving %s at http://%s:%d/v1 (sessions: /sessions/{id}/v1), traces in %s", model, host, port,
+                store_path)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=60, backlog=4096)
+    finally:
+        store.close()
+
+
+async def _probe(upstream: Any) -> None:
+    try:
+        await upstream.start()
+    finally:
+        await upstream.aclose()

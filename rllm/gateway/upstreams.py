@@ -1,0 +1,160 @@
+"""Where the gateway's calls are sampled: an **upstream** turns one validated OpenAI request into choices
+with the exact prompt/completion token ids and per-token logprobs behind them.
+
+``LocalUpstream`` samples in this process from a :class:`~rllm.inference.local.LocalEngine` (no HTTP hop:
+the embedded gateway of a training run). It renders chat messages with the model's chat template
+(:class:`~rllm.inference.chat_template.ChatRenderer`, which also describes ``tools`` to models whose
+template ignores them) and parses tool calls out of the sampled text. HTTP upstreams (vLLM, SGLang, any
+OpenAI-compatible server) live in :mod:`rllm.gateway.http_upstream`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rllm.inference.base import SamplingParams
+
+
+class UpstreamRequest(BaseModel):
+    """One request as the gateway understood it, with the session's sampling overrides applied.
+
+    ``messages`` are OpenAI-format dicts (assistant ``tool_calls`` and ``tool`` messages included);
+    ``prompt`` is set for text completions instead. ``logprobs`` says whether the *client* asked for
+    logprobs in its reply (the trace always records them).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: Literal["chat.completions", "completions"]
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    prompt: str | list[int] | None = None
+    params: SamplingParams
+    logprobs: bool = False
+
+
+class UpstreamChoice(BaseModel):
+    """One sampled choice. ``text`` is what the client sees as content (tool-call markup removed when
+    calls were parsed out of it); ``completion_ids`` and ``logprobs`` are every sampled token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    tool_calls: list[dict[str, Any]] | None = None
+    finish_reason: str
+    completion_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    token_strings: list[str] | None = None  # one per completion token, for the client's logprobs reply
+    tool_call_errors: list[str] = Field(default_factory=list)
+
+
+class UpstreamResult(BaseModel):
+    """All choices of one request. ``trainable`` is false when the upstream gave no token ids."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int]
+    choices: list[UpstreamChoice]
+    weight_version: int = 0
+    trainable: bool = True
+    upstream: str = "local"
+
+
+class UpstreamError(Exception):
+    """The upstream failed or answered something the gateway cannot use. ``status_code`` is what the
+    gateway returns to its client (4xx passes an upstream's refusal of bad input through; 502/503 when
+    the upstream itself is broken or unreachable)."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+class Upstream(Protocol):
+    """What the gateway needs from an inference backend."""
+
+    name: str
+    trainable: bool
+
+    async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
+        """Sample ``request.params.n`` choices; ``session_id`` routes to a sticky worker."""
+        ...
+
+    async def health(self) -> dict[str, Any]:
+        """A JSON-able status (``{"ok": bool, ...}``)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalUpstream:
+    """Samples from an in-process :class:`~rllm.inference.local.LocalEngine` (the engine the trainer
+    syncs weights into), so an embedded gateway adds no network hop between gateway and model."""
+
+    trainable = True
+
+    def __init__(self, engine: Any, *, tool_format: str = "hermes") -> None:
+        from rllm.inference.chat_template import ChatRenderer
+        from rllm.tools.parsers import get_tool_parser
+
+        self.engine = engine
+        self.name = "local"
+        self.renderer = ChatRenderer(engine.tokenizer, tool_format=tool_format)
+        self.tool_parser = get_tool_parser(tool_format)
+
+    async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
+        if request.endpoint == "chat.completions":
+            assert request.messages is not None
+            try:
+                prompt_ids = self.renderer.render_ids(request.messages, tools=request.tools)
+            except Exception as exc:  # the template rejects some message orders (e.g. two system messages)
+                raise UpstreamError(400, f"the chat template cannot render these messages: {exc}") from exc
+        elif isinstance(request.prompt, str):
+            prompt_ids = list(self.engine.tokenizer(request.prompt)["input_ids"])
+        else:
+            prompt_ids = list(request.prompt or [])
+        if not prompt_ids:
+            raise UpstreamError(400, "the prompt renders to no tokens")
+        vocab = len(self.engine.tokenizer)
+        if any(not 0 <= t < vocab for t in prompt_ids):
+            raise UpstreamError(400, f"prompt token ids must lie in [0, {vocab}) for this model")
+        completions = await self.engine.generate(prompt_ids, request.params)
+        parse = request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
+        choices = []
+        for c in completions:
+            choice = UpstreamChoice(
+                text=c.text, finish_reason=c.finish_reason, completion_ids=c.completion_ids,
+                logprobs=c.logprobs,
+                token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids] if request.logprobs else None,
+            )
+            if parse:
+                parsed = self.tool_parser.parse(c.text)
+                choice.tool_call_errors = list(parsed.errors)
+                if parsed.tool_calls and not parsed.errors:
+                    choice.text = parsed.content or ""
+                    choice.tool_calls = [
+                        {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                        for tc in parsed.tool_calls
+                    ]
+                    if c.finish_reason == "stop":
+                        choice.finish_reason = "tool_calls"
+            choices.append(choice)
+        version = completions[0].weight_version if completions else self.engine.weight_version
+        return UpstreamResult(prompt_ids=prompt_ids, choices=choices, weight_version=version, upstream=self.name)
+
+    async def health(self) -> dict[str, Any]:
+        return {"ok": True, "upstream": self.name, "weight_version": self.engine.weight_version}
+
+    async def aclose(self) -> None:
+        return None
+
+
+def finite_logprob(lp: float) -> float:
+    """JSON has no infinities: ``-inf`` (a token the sampling filter had excluded) becomes -9999.0, as in
+    vLLM's API."""
+    return lp if math.isfinite(lp) else -9999.0

@@ -1,0 +1,204 @@
+"""``@rllm.rollout`` and ``@rllm.evaluator``: plain functions become an agent flow and its reward."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rllm.types import Episode
+
+
+class AgentConfig(BaseModel):
+    """What an agent flow gets for one episode. Point any OpenAI client at ``base_url`` with ``model``:
+    every call is sampled from the policy being trained and recorded under ``session_id``.
+
+    ``sampling`` tells the flow what the trainer samples with (temperature, top_p, max_tokens, seed); the
+    gateway enforces it on every call of the session, whatever the agent sends. For multi-agent flows,
+    :meth:`role_url` gives each role (``"solver"``, ``"judge"``) its own session, so its calls form their
+    own trajectory with its own reward and advantage group.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    model: str
+    session_id: str
+    gateway_url: str
+    api_key: str = "EMPTY"
+    sampling: dict[str, Any] = Field(default_factory=dict)
+
+    def role_url(self, role: str) -> str:
+        """The OpenAI base URL of this episode's ``role`` sub-session (``{session_id}:{role}``)."""
+        if not role or ":" in role or "/" in role:
+            raise ValueError(f"a role name is a non-empty string without ':' or '/', not {role!r}")
+        return f"{self.gateway_url}/sessions/{self.session_id}:{role}/v1"
+
+    def client(self, role: str | None = None) -> Any:
+        """A sync ``openai.OpenAI`` client for this session (or a role's). Cheap: its connection pool is
+        shared by every episode of the process (a new ``openai.OpenAI()`` costs ~35 ms of TLS setup)."""
+        import openai
+
+        return openai.OpenAI(base_url=self.role_url(role) if role else self.base_url, api_key=self.api_key,
+                             max_retries=0, http_client=_shared_http())
+
+    def async_client(self, role: str | None = None) -> Any:
+        """An ``openai.AsyncOpenAI`` client for this session (or a role's), sharing one connection pool per
+        event loop. Closing it is harmless."""
+        import openai
+
+        return openai.AsyncOpenAI(base_url=self.role_url(role) if role else self.base_url, api_key=self.api_key,
+                                  max_retries=0, http_client=_shared_async_http())
+
+
+def _shared_http() -> Any:
+    global _SHARED_HTTP
+    if _SHARED_HTTP is None:
+        import httpx
+
+        class _Shared(httpx.Client):
+            def close(self) -> None:  # shared by every episode: an agent closing "its" client must not end it
+                pass
+
+        _SHARED_HTTP = _Shared(timeout=600, limits=httpx.Limits(max_connections=1024))
+    return _SHARED_HTTP
+
+
+def _shared_async_http() -> Any:
+    import httpx
+
+    class _SharedAsync(httpx.AsyncClient):
+        async def aclose(self) -> None:  # see _shared_http
+            pass
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return _SharedAsync(timeout=600)
+    client = _SHARED_ASYNC_HTTP.get(loop)
+    if client is None:
+        client = _SHARED_ASYNC_HTTP[loop] = _SharedAsync(timeout=600, limits=httpx.Limits(max_connections=1024))
+    return client
+
+
+_SHARED_HTTP: Any = None
+# One pool per event loop (the trainer runs each step under its own loop); dropped with the loop.
+_SHARED_ASYNC_HTTP: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+class EvalResult(BaseModel):
+    """An evaluator's verdict. ``signals`` are named sub-scores logged as metrics (``format``,
+    ``tool_use`` ...); ``role_rewards`` give a role its own reward (e.g. ``{"judge": 1.0}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float
+    is_correct: bool | None = None
+    signals: dict[str, float] = Field(default_factory=dict)
+    role_rewards: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+def as_eval_result(value: Any) -> EvalResult:
+    """Read an evaluator's (or a flow's) return value as an :class:`EvalResult`."""
+    if isinstance(value, EvalResult):
+        return value
+    if isinstance(value, bool):
+        return EvalResult(reward=float(value), is_correct=value)
+    if isinstance(value, (int, float)):
+        return EvalResult(reward=float(value))
+    if isinstance(value, dict) and "reward" in value:
+        return EvalResult.model_validate(value)
+    raise TypeError(
+        f"an evaluator returns a float, a bool, an EvalResult or a dict with 'reward'; got {type(value).__name__}"
+    )
+
+
+# Sync flows run on their own threads: the default executor (a few threads on a small machine) would
+# serialise hundreds of episodes that spend their time waiting on HTTP.
+_SYNC_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _sync_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _SYNC_POOL
+    if _SYNC_POOL is None:
+        _SYNC_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=512, thread_name_prefix="rllm-rollout")
+    return _SYNC_POOL
+
+
+async def _call(fn: Callable[..., Any], is_async: bool, *args: Any) -> Any:
+    if is_async:
+        return await fn(*args)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_sync_pool(), functools.partial(fn, *args))
+
+
+class Rollout:
+    """An agent flow made by :func:`rollout`. Calling it directly calls the wrapped function."""
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        _check_arity(fn, "rollout", "(task, config)")
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.is_async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, task: dict[str, Any], config: AgentConfig) -> Any:
+        return self.fn(task, config)
+
+    async def run(self, task: dict[str, Any], config: AgentConfig) -> Any:
+        """Run the flow for one episode (a sync flow on a worker thread)."""
+        return await _call(self.fn, self.is_async, task, config)
+
+
+class Evaluator:
+    """A reward function made by :func:`evaluator`."""
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        _check_arity(fn, "evaluator", "(task, episode)")
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.is_async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, task: dict[str, Any], episode: Episode) -> Any:
+        return self.fn(task, episode)
+
+    async def score(self, task: dict[str, Any], episode: Episode) -> EvalResult:
+        return as_eval_result(await _call(self.fn, self.is_async, task, episode))
+
+
+def rollout(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Decorate ``fn(task, config)`` (sync or async) as an agent flow: ``@rllm.rollout`` or
+    ``@rllm.rollout(name="solver")``. The flow may return nothing (an evaluator scores it), a reward
+    (float / bool / :class:`EvalResult`), or any value the evaluator reads from ``episode.info["output"]``."""
+    if fn is None:
+        return lambda f: Rollout(f, name)
+    return Rollout(fn, name)
+
+
+def evaluator(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Decorate ``fn(task, episode)`` (sync or async) as an evaluator returning a reward."""
+    if fn is None:
+        return lambda f: Evaluator(f, name)
+    return Evaluator(fn, name)
+
+
+def _check_arity(fn: Callable[..., Any], kind: str, shape: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"@rllm.{kind} decorates a function {shape}, not {type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except ValueError:  # builtins without a signature: let the call fail if they are wrong
+        return
+    try:
+        sig.bind(None, None)
+    except TypeError:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise TypeError(f"@rllm.{kind} needs a function taking {shape}; {name}{sig} does not") from None

@@ -1,0 +1,126 @@
+"""Run an ``@rllm.rollout`` flow as a workflow: one gateway session per episode.
+
+For each episode the workflow creates the session ``{episode_id}`` on the gateway with the trainer's
+sampling settings as overrides (role sub-sessions ``{episode_id}:{role}`` inherit them), runs the flow
+with an :class:`AgentConfig` pointing at it, reads the session's traces back, assembles them into
+token-faithful Steps (one trajectory per role, see :mod:`rllm.engine.assembly`), and scores the episode
+with the evaluator (or with what the flow returned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import httpx
+
+from rllm.engine.assembly import traces_to_trajectories
+from rllm.engine.context import Outcome, RolloutContext
+from rllm.gateway.traces import Trace
+from rllm.sdk.decorators import (
+    AgentConfig,
+    EvalResult,
+    Evaluator,
+    Rollout,
+    as_eval_result,
+    evaluator,
+    rollout,
+)
+from rllm.types import Episode, TerminationReason
+
+logger = logging.getLogger(__name__)
+
+
+class GatewayWorkflow:
+    """A workflow (``(task, ctx) -> Outcome``) that runs ``flow`` against the gateway at ``gateway_url``."""
+
+    def __init__(
+        self,
+        flow: Rollout | Any,
+        evaluator_fn: Evaluator | Any | None = None,
+        *,
+        gateway_url: str,
+        model: str,
+        api_key: str | None = None,
+        merge_turns: bool = True,
+    ) -> None:
+        self.flow = flow if isinstance(flow, Rollout) else rollout(flow)
+        self.evaluator = None if evaluator_fn is None else (
+            evaluator_fn if isinstance(evaluator_fn, Evaluator) else evaluator(evaluator_fn))
+        self.gateway_url = gateway_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.merge_turns = merge_turns
+        self._http: httpx.AsyncClient | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        # An httpx client is bound to the event loop it first ran on, and the trainer runs each step under
+        # its own asyncio.run: keep one client per loop.
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._http = httpx.AsyncClient(base_url=self.gateway_url, headers=headers, timeout=60)
+            self._http_loop = loop
+        return self._http
+
+    async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
+        http = self._client()
+        session_id = ctx.episode_id
+        sampling = {k: v for k, v in ctx.sampling.model_dump().items()
+                    if k in ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed") and v not in (None, [])}
+        r = await http.post("/sessions", json={"session_id": session_id, "sampling": sampling,
+                                               "metadata": {"task_id": ctx.task_id}})
+        if r.status_code != 201:
+            raise RuntimeError(f"the gateway refused to open session {session_id}: {r.status_code} {r.text[:300]}")
+        config = AgentConfig(
+            base_url=f"{self.gateway_url}/sessions/{session_id}/v1", model=self.model, session_id=session_id,
+            gateway_url=self.gateway_url, api_key=self.api_key or "EMPTY", sampling=sampling,
+        )
+        output = await self.flow.run(task, config)
+        traces = await self.read_traces(session_id)
+        trajectories, metrics = traces_to_trajectories(traces, root_session=session_id, merge=self.merge_turns)
+        for traj in trajectories:
+            ctx.trajectories[traj.name] = traj
+        episode = Episode(task_id=ctx.task_id, task=task, trajectories=trajectories, info={"output": output})
+        if self.evaluator is not None:
+            result = await self.evaluator.score(task, episode)
+        elif output is None:
+            raise ValueError(f"rollout {self.flow.name} returned nothing and there is no evaluator: return a reward "
+                             "from the flow or pass an @rllm.evaluator")
+        else:
+            result = as_eval_result(output)
+        return _outcome(result, metrics, output)
+
+    async def read_traces(self, session_id: str) -> list[Trace]:
+        """The traces of ``session_id`` and its role sub-sessions, in call order."""
+        traces, after = [], 0
+        while True:
+            r = await self._client().get("/traces", params={"session_prefix": session_id, "after_seq": after,
+                                                            "limit": 1000})
+            r.raise_for_status()
+            data = r.json()
+            page = data["traces"]
+            for t in page:
+                t.pop("seq")
+                trace = Trace.model_validate(t)
+                if trace.session_id == session_id or trace.session_id.startswith(session_id + ":"):
+                    traces.append(trace)
+            if len(page) < 1000:
+                return traces
+            after = data["last_seq"]
+
+
+def _outcome(result: EvalResult, metrics: dict[str, float], output: Any) -> Outcome:
+    out_metrics = dict(metrics)
+    out_metrics.update({f"signal/{k}": float(v) for k, v in result.signals.items()})
+    try:  # the flow's return value goes on the record when it can be stored as JSON
+        json.dumps(output)
+    except (TypeError, ValueError):
+        output = repr(output)
+    return Outcome(
+        reward=result.reward, is_correct=result.is_correct, trajectory_rewards=dict(result.role_rewards),
+        termination_reason=TerminationReason.ENV_DONE, metrics=out_metrics, info={"output": output, **result.info},
+    )
