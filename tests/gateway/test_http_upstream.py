@@ -169,3 +169,33 @@ def test_sglang_dialect_is_detected_and_parsed(tmp_path: Path) -> None:
         assert upstream.kind == "sglang" and upstream.model == "fake-sglang-model"
         assert result.trainable and result.prompt_ids == [1, 2, 3]
         assert result.choices[0].completion_ids == [7, 2] and result.choices[0].logprobs == [-0.25, -0.5]
+
+
+# --------------------------------------------------------------------------- recorded real vLLM replies
+VLLM_DATA = Path(__file__).parent / "data" / "vllm"
+
+
+@pytest.mark.parametrize("name", ["chat_n1", "chat_n2", "chat_eos", "completions_n1", "completions_n2",
+                                  "completions_eos", "completions_stop_string", "completions_prompt_token_ids"])
+def test_parses_recorded_vllm_replies(name: str) -> None:
+    """Replies recorded from vLLM 0.32 (tests/gateway/data/vllm/generate.py) read into exact token data."""
+    import json
+
+    case = json.loads((VLLM_DATA / f"{name}.json").read_text())
+    req, data = case["request"], case["response"]
+    endpoint = "chat.completions" if "messages" in req else "completions"
+    upstream = HTTPUpstream(["http://127.0.0.1:1"], kind="vllm", model="m")
+    request = UpstreamRequest(endpoint=endpoint, messages=req.get("messages"), prompt=req.get("prompt"),
+                              params=SamplingParams(n=req.get("n", 1), max_tokens=req["max_tokens"]))
+    # What the adapter sends asks for exactly the fields these replies were recorded with.
+    body = upstream.request_body(request)
+    assert body["return_token_ids"] is True and body["logprobs"] == req["logprobs"]
+    result = upstream.parse_response(data, request, upstream="u")
+    assert result.trainable
+    raw = sorted(data["choices"], key=lambda c: c["index"])
+    assert result.prompt_ids == (data.get("prompt_token_ids") or raw[0]["prompt_token_ids"])
+    for choice, c in zip(result.choices, raw):
+        assert choice.completion_ids == c["token_ids"]
+        assert len(choice.logprobs) == len(choice.completion_ids) > 0
+        if c["finish_reason"] == "stop" and c.get("stop_reason") is None:
+            assert choice.completion_ids[-1] == 2  # stopped on eos: the eos token is kept

@@ -1,0 +1,644 @@
+"""Gateway overhead: direct calls to an upstream vs rllm's gateway vs the LiteLLM proxy, same upstream.
+
+Three paths are measured in one run, on loopback, against the same FAKE upstream (a tiny OpenAI-compatible
+server answering in vLLM's token-id dialect in microseconds, so the proxies, not the model, are measured):
+
+- ``direct``: the client calls the fake upstream itself;
+- ``rllm-gateway``: ``rllm gateway --upstream-kind vllm`` in front of it, each client worker on its own
+  session URL ``/sessions/{id}/v1/chat/completions``; every call asks the upstream for token ids and
+  logprobs and is written durably (SQLite, fsync) to the trace store before the reply goes out;
+- ``litellm``: the LiteLLM proxy (its own venv ``.venv-bench-litellm``, one worker, no database, telemetry
+  off), with ``openai/<model>`` routed to the fake upstream.
+
+For each concurrency (``--concurrency``, default ``1,64,256``) a closed-loop load generator runs that many
+workers, each on its own keep-alive connection, sending the next request when the previous one returns,
+for ``--warmup`` then ``--duration`` seconds. It reports requests/s, p50/p99 latency, and the *added*
+latency of each proxy (its percentile minus the direct path's at the same concurrency). Every server and
+the load generator run in their own processes (uvloop); on a small machine they compete for the same
+cores, which the output says next to the CPU each one used. Afterwards the gateway's trace store must hold
+exactly one trace per request answered through it.
+
+    .venv/bin/python benchmarks/bench_gateway.py                         # all three paths, 1/64/256
+    .venv/bin/python benchmarks/bench_gateway.py --duration 3 --concurrency 1,64 --skip-litellm
+    .venv/bin/python benchmarks/bench_gateway.py --json /tmp/gateway-bench.json
+
+LiteLLM setup (never into .venv: it pins its own versions of shared packages):
+
+    python3 -m venv .venv-bench-litellm
+    .venv-bench-litellm/bin/pip install -c <(echo torch==2.13.0) 'litellm[proxy]'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import httptools
+from _common import markdown_table
+
+ROOT = Path(__file__).resolve().parent.parent
+LITELLM_VENV = ROOT / ".venv-bench-litellm"
+MODEL = "bench"
+TARGET_ADDED_P50_MS = 1.0
+TARGET_THROUGHPUT_VS_LITELLM = 3.0
+COMPLETION_TOKENS = 16
+PROMPT_TOKENS = 32
+CHAT_REQUEST = {
+    "model": MODEL,
+    "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                 {"role": "user", "content": "What is 2 + 2? Answer in one word."}],
+    "max_tokens": COMPLETION_TOKENS,
+    "temperature": 1.0,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The FAKE upstream: raw asyncio protocol + httptools, replies built once at start-up.
+
+
+def _fake_chat_reply(token_ids: bool, logprobs: bool) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": "a" * COMPLETION_TOKENS},
+                              "finish_reason": "length"}
+    if logprobs:
+        choice["logprobs"] = {"content": [{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}
+                                          for _ in range(COMPLETION_TOKENS)]}
+    if token_ids:
+        choice["token_ids"] = [64 + i for i in range(COMPLETION_TOKENS)]
+    reply: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": MODEL,
+                             "choices": [choice], "usage": {"prompt_tokens": PROMPT_TOKENS, "total_tokens":
+                             PROMPT_TOKENS + COMPLETION_TOKENS, "completion_tokens": COMPLETION_TOKENS}}
+    if token_ids:
+        reply["prompt_token_ids"] = list(range(1000, 1000 + PROMPT_TOKENS))
+    return json.dumps(reply).encode()
+
+
+def _http_response(status: int, body: bytes) -> bytes:
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+
+class _FakeUpstreamProtocol(asyncio.Protocol):
+    """One keep-alive connection to the fake upstream. ``replies`` maps a route to its whole response."""
+
+    def __init__(self, replies: dict[Any, bytes]) -> None:
+        self.replies = replies
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            assert self.transport is not None
+            self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self.url, self.body = b"", []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        assert self.transport is not None
+        path = self.url.split(b"?", 1)[0]
+        if path == b"/v1/chat/completions":
+            try:
+                req = json.loads(b"".join(self.body))
+                reply = self.replies[bool(req.get("return_token_ids")), bool(req.get("logprobs"))]
+            except (ValueError, AttributeError):
+                reply = self.replies["bad"]
+        else:
+            reply = self.replies.get(path, self.replies["404"])
+        self.transport.write(reply)
+        if not self.parser.should_keep_alive():
+            self.transport.close()
+
+
+def run_fake_upstream(port: int) -> None:
+    import uvloop
+
+    replies: dict[Any, bytes] = {(t, lp): _http_response(200, _fake_chat_reply(t, lp))
+                                 for t in (False, True) for lp in (False, True)}
+    replies |= {
+        b"/health": _http_response(200, b"{}"),
+        b"/version": _http_response(200, b'{"version":"fake"}'),
+        b"/v1/models": _http_response(200, json.dumps({"object": "list", "data": [
+            {"id": MODEL, "object": "model", "created": 0, "owned_by": "fake-upstream"}]}).encode()),
+        "bad": _http_response(400, b'{"error":{"message":"bad json"}}'),
+        "404": _http_response(404, b'{"error":{"message":"not found"}}'),
+    }
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: _FakeUpstreamProtocol(replies), "127.0.0.1", port, backlog=4096)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The load generator: closed-loop workers on raw keep-alive HTTP/1.1 connections (httptools parses replies).
+
+
+class _ClientConn(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.body: list[bytes] = []
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result((self.parser.get_status_code(), b"".join(self.body)))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError(f"the server closed the connection ({exc})"))
+
+    async def send(self, request: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        self.body, self.waiter = [], asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return await self.waiter
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and its children."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return float("nan")
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (q in [0, 1])."""
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
+
+
+async def _load(url_paths: list[str], port: int, warmup_s: float, duration_s: float,
+                watch: dict[str, int]) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    body = json.dumps(CHAT_REQUEST).encode()
+    state = {"measuring": False, "stop": False}
+    latencies: list[float] = []
+    counts = {"ok": 0, "errors": 0}
+    first: dict[str, Any] = {}
+    max_requests = 5_000_000  # a hard cap besides the time limit
+
+    async def worker(path: str) -> None:
+        request = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+                   f"content-length: {len(body)}\r\n\r\n").encode() + body
+        conn: _ClientConn | None = None
+        perf = time.perf_counter
+        while not state["stop"] and counts["ok"] + counts["errors"] < max_requests:
+            try:
+                if conn is None:
+                    _, conn = await loop.create_connection(_ClientConn, "127.0.0.1", port)
+                t0 = perf()
+                status, reply = await conn.send(request)
+                dt = perf() - t0
+            except OSError as exc:
+                counts["errors"] += 1
+                first.setdefault("error", f"{type(exc).__name__}: {exc}")
+                conn = None
+                await asyncio.sleep(0.05)
+                continue
+            if status != 200:
+                counts["errors"] += 1
+                first.setdefault("error", f"HTTP {status}: {reply[:300].decode(errors='replace')}")
+                continue
+            counts["ok"] += 1
+            if state["measuring"]:
+                latencies.append(dt)
+            if "reply" not in first:
+                first["reply"] = reply.decode(errors="replace")
+        if conn is not None and conn.transport is not None:
+            conn.transport.close()
+
+    tasks = [loop.create_task(worker(p)) for p in url_paths]
+    await asyncio.sleep(warmup_s)
+    cpu0 = {name: _cpu_s(pid) for name, pid in watch.items()}
+    ok0, err0 = counts["ok"], counts["errors"]
+    t0 = time.perf_counter()
+    state["measuring"] = True
+    await asyncio.sleep(duration_s)
+    state["measuring"] = False
+    window_s = time.perf_counter() - t0
+    cpu1 = {name: _cpu_s(pid) for name, pid in watch.items()}
+    ok1, err1 = counts["ok"], counts["errors"]
+    state["stop"] = True
+    # Let in-flight calls finish, so "answered" is exact (the gateway's trace count is checked against it).
+    _, pending = await asyncio.wait(tasks, timeout=60)
+    for t in pending:
+        t.cancel()
+    latencies.sort()
+    n = ok1 - ok0
+    cpu = {name: (cpu1[name] - cpu0[name]) / window_s for name in watch}
+    return {
+        "requests_per_s": n / window_s, "window_s": window_s, "measured": len(latencies),
+        "p50_ms": percentile(latencies, 0.50) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3,
+        "mean_ms": sum(latencies) / len(latencies) * 1e3 if latencies else float("nan"),
+        "max_ms": latencies[-1] * 1e3 if latencies else float("nan"),
+        "errors_in_window": err1 - err0, "answered_total": counts["ok"], "errors_total": counts["errors"],
+        "unfinished_workers": len(pending), "cpu_cores": cpu,
+        "cpu_ms_per_request": {k: v * window_s / n * 1e3 if n else float("nan") for k, v in cpu.items()},
+        "first_reply": first.get("reply", "")[:400], "first_error": first.get("error"),
+    }
+
+
+def run_loadgen(args: argparse.Namespace) -> None:
+    import uvloop
+
+    paths = [args.path.format(session=f"{args.session_prefix}-{i}") for i in range(args.workers)]
+    watch = {k: int(v) for k, v in (kv.split("=") for kv in args.watch.split(",") if kv)}
+    watch["loadgen"] = os.getpid()
+    result = uvloop.run(_load(paths, args.port, args.warmup, args.duration, watch))
+    Path(args.result_file).write_text(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The orchestrator: start the servers, run every (concurrency, path) point, check traces, print.
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the process serving {url} exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout_s:.0f} s")
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+class Servers:
+    """The subprocesses of one run, each in its own process group; ``close`` ends every group it started."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str | None] | None = None) -> subprocess.Popen:
+        """Start ``cmd`` with ``env`` on top of ours (a None value unsets that variable); output to a log."""
+        full = {**os.environ, **(env or {})}
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 (the child owns it)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={k: v for k, v in full.items() if v is not None}, cwd=self.tmp)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def start_litellm(servers: Servers, upstream_port: int) -> tuple[int | None, str]:
+    """Start the LiteLLM proxy; return (port, version) or (None, why it is missing)."""
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if not exe.is_file():
+        return None, (f"not installed: {exe} is missing (python3 -m venv {LITELLM_VENV.name} && "
+                      f"{LITELLM_VENV.name}/bin/pip install 'litellm[proxy]')")
+    try:
+        version = subprocess.run([str(LITELLM_VENV / "bin" / "python"), "-c",
+                                  "import importlib.metadata as m; print(m.version('litellm'))"],
+                                 capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    except (subprocess.SubprocessError, OSError) as exc:
+        return None, f"its venv is broken: {exc}"
+    config = servers.tmp / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: http://127.0.0.1:{upstream_port}/v1\n"
+        "      api_key: x\n"
+        "litellm_settings:\n"
+        "  set_verbose: false\n"
+        "  drop_params: true\n"
+        "general_settings:\n"
+        "  disable_spend_logs: true\n"
+        "  disable_error_logs: true\n"
+    )
+    port = free_port()
+    # No database (so no spend logs), no API key (like the gateway here; loopback only), telemetry vetoed,
+    # the bundled model-cost map instead of a download at start-up, warnings only.
+    env = {"LITELLM_TELEMETRY_DISABLED": "true", "LITELLM_LOG": "WARNING", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true", "DISABLE_ADMIN_UI": "True",
+           "DATABASE_URL": None, "LITELLM_MASTER_KEY": None}
+    proc = servers.start("litellm", [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port",
+                                     str(port), "--num_workers", "1"], env)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, timeout_s=180)
+    except RuntimeError as exc:
+        return None, f"litellm {version} did not start: {exc}\n{tail(servers.tmp / 'litellm.log')}"
+    return port, version
+
+
+def run_point(args: argparse.Namespace, port: int, path: str, workers: int, prefix: str,
+              watch: dict[str, int]) -> dict[str, Any]:
+    result_file = Path(tempfile.mkstemp(prefix="rllm-bench-gw-", suffix=".json")[1])
+    cmd = [sys.executable, __file__, "--loadgen", "--port", str(port), "--path", path, "--workers", str(workers),
+           "--session-prefix", prefix, "--warmup", str(args.warmup), "--duration", str(args.duration),
+           "--watch", ",".join(f"{k}={v}" for k, v in watch.items()), "--result-file", str(result_file)]
+    try:
+        subprocess.run(cmd, check=True, timeout=args.warmup + args.duration + 120)
+        return json.loads(result_file.read_text())
+    finally:
+        result_file.unlink(missing_ok=True)
+
+
+def commit_latency_ms(directory: Path, commits: int = 50) -> float:
+    """Median time of one small SQLite commit in WAL mode with ``synchronous=FULL`` (what the trace store
+    does per call) in ``directory``: the floor the gateway's durable write puts under its added latency."""
+    db = directory / "commit-probe.db"
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE t (x TEXT)")
+        times = []
+        for _ in range(commits):
+            t0 = time.perf_counter()
+            with conn:
+                conn.execute("INSERT INTO t VALUES (?)", ("x" * 2000,))
+            times.append(time.perf_counter() - t0)
+    finally:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def count_traces(db: Path) -> tuple[int, int]:
+    with sqlite3.connect(db) as conn:
+        total, trainable = conn.execute("SELECT COUNT(*), COALESCE(SUM(trainable), 0) FROM traces").fetchone()
+    return total, trainable
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("rllm", "uvicorn", "starlette", "httpx", "uvloop", "httptools"):
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "?"
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = []
+    paths = results["paths"]
+    for c in results["concurrency"]:
+        points = results["points"][str(c)]
+        direct = points.get("direct")
+        rows = []
+        for name in paths:
+            r = points.get(name)
+            if r is None:
+                continue
+            add50 = r["p50_ms"] - direct["p50_ms"] if direct and name != "direct" else float("nan")
+            add99 = r["p99_ms"] - direct["p99_ms"] if direct and name != "direct" else float("nan")
+            proxy = {"rllm-gateway": "gateway", "litellm": "litellm"}.get(name)
+            cpu = r["cpu_cores"]
+            rows.append([name, fmt(r["requests_per_s"], 0), fmt(r["p50_ms"]), fmt(r["p99_ms"]), fmt(add50),
+                         fmt(add99), fmt(r["cpu_ms_per_request"][proxy], 3) if proxy else "-",
+                         f"{cpu['loadgen'] * 100:.0f} / {cpu['upstream'] * 100:.0f} / "
+                         + (f"{cpu[proxy] * 100:.0f}" if proxy else "-"),
+                         str(r["errors_total"])])
+        lines += [f"\n**{c} concurrent session(s)**\n", markdown_table(
+            ["path", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "proxy CPU ms/req",
+             "CPU % loadgen / upstream / proxy", "errors"], rows)]
+    return "\n".join(lines)
+
+
+def targets(results: dict[str, Any]) -> list[str]:
+    out = []
+    points, cs = results["points"], results["concurrency"]
+    for c in cs:
+        gw, direct = points[str(c)].get("rllm-gateway"), points[str(c)].get("direct")
+        if gw and direct:
+            added = gw["p50_ms"] - direct["p50_ms"]
+            ok = "PASS" if added <= TARGET_ADDED_P50_MS else "FAIL"
+            out.append(f"- added p50 at {c} session(s): {added:.2f} ms (target <= {TARGET_ADDED_P50_MS:g} ms): {ok}")
+    best = {name: max((points[str(c)][name]["requests_per_s"] for c in cs if name in points[str(c)]), default=0.0)
+            for name in results["paths"]}
+    if best.get("litellm"):
+        ratio = best.get("rllm-gateway", 0.0) / best["litellm"]
+        ok = "PASS" if ratio >= TARGET_THROUGHPUT_VS_LITELLM else "FAIL"
+        out.append(f"- max req/s: gateway {best.get('rllm-gateway', 0):.0f} vs litellm {best['litellm']:.0f} = "
+                   f"{ratio:.2f}x (target >= {TARGET_THROUGHPUT_VS_LITELLM:g}x): {ok}")
+        for c in cs:
+            gw, ll = points[str(c)].get("rllm-gateway"), points[str(c)].get("litellm")
+            if gw and ll:
+                out.append(f"  - at {c}: {gw['requests_per_s'] / ll['requests_per_s']:.2f}x")
+    else:
+        out.append(f"- throughput vs litellm: not measured (litellm missing: {results['litellm']})")
+    return out
+
+
+def orchestrate(args: argparse.Namespace) -> int:
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="rllm-bench-gateway-"))
+    servers = Servers(tmp)
+    store_dir: Path | None = None
+    results: dict[str, Any] = {"concurrency": concurrency, "duration_s": args.duration, "warmup_s": args.warmup,
+                               "points": {}, "versions": versions(), "cores": os.cpu_count(), "cpu": cpu_model(),
+                               "load_average_start": os.getloadavg()[0]}
+    try:
+        up_port, gw_port = free_port(), free_port()
+        up = servers.start("fake-upstream", [sys.executable, __file__, "--fake-upstream", "--port", str(up_port)])
+        wait_http(f"http://127.0.0.1:{up_port}/health", up, timeout_s=30)
+        store_dir = Path(tempfile.mkdtemp(prefix="rllm-bench-store-", dir=args.store_dir))
+        db = store_dir / "traces.db"
+        results["store"] = str(db)
+        results["commit_ms"] = commit_latency_ms(store_dir)
+        gw = servers.start("gateway", [str(Path(sys.executable).parent / "rllm"), "gateway", "--model", MODEL,
+                                       "--port", str(gw_port), "--upstream", f"http://127.0.0.1:{up_port}/v1",
+                                       "--upstream-kind", "vllm", "--store", str(db)])
+        try:
+            wait_http(f"http://127.0.0.1:{gw_port}/health", gw, timeout_s=120)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{tail(tmp / 'gateway.log')}") from None
+        ll_port, ll_info = (None, "skipped (--skip-litellm)") if args.skip_litellm else start_litellm(servers, up_port)
+        results["litellm"] = ll_info
+        if ll_port is None:
+            print(f"LiteLLM is MISSING from this run: {ll_info}", flush=True)
+        print(f"fake upstream pid {up.pid} :{up_port}, gateway pid {gw.pid} :{gw_port}"
+              + (f", litellm pid {servers.procs['litellm'].pid} :{ll_port} ({ll_info})" if ll_port else ""),
+              flush=True)
+        paths: dict[str, tuple[int, str, dict[str, int]]] = {
+            "direct": (up_port, "/v1/chat/completions", {"upstream": up.pid}),
+            "rllm-gateway": (gw_port, "/sessions/{session}/v1/chat/completions",
+                             {"upstream": up.pid, "gateway": gw.pid}),
+        }
+        if ll_port:
+            paths["litellm"] = (ll_port, "/v1/chat/completions",
+                                {"upstream": up.pid, "litellm": servers.procs["litellm"].pid})
+        results["paths"] = list(paths)
+        answered_gw = 0
+        for c in concurrency:
+            results["points"][str(c)] = {}
+            for name, (port, path, watch) in paths.items():
+                r = run_point(args, port, path, c, f"bench-c{c}", watch)
+                results["points"][str(c)][name] = r
+                if name == "rllm-gateway":
+                    answered_gw += r["answered_total"]
+                print(f"  {c:>4} sessions  {name:<13} {r['requests_per_s']:8.0f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+                      f"p99 {r['p99_ms']:7.2f} ms  errors {r['errors_total']}"
+                      + (f"  first error: {r['first_error']}" if r["first_error"] else ""), flush=True)
+        traces, trainable = count_traces(db)
+        results["trace_check"] = {"traces": traces, "trainable": trainable, "answered": answered_gw,
+                                  "ok": traces == answered_gw == trainable}
+        sample = results["points"][str(concurrency[0])]["rllm-gateway"]["first_reply"]
+        results["load_average_end"] = os.getloadavg()[0]
+    finally:
+        servers.close()
+        if store_dir is not None:
+            shutil.rmtree(store_dir, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    v = results["versions"]
+    print(f"\n**Gateway overhead: closed-loop chat completions against a FAKE upstream "
+          f"({COMPLETION_TOKENS} completion tokens), {args.warmup:g} s warm-up + {args.duration:g} s per point**")
+    print(f"machine: {results['cpu']}, {results['cores']} logical CPUs; python {v['python']}, rllm {v['rllm']}, "
+          f"uvicorn {v['uvicorn']}, starlette {v['starlette']}, httpx {v['httpx']}, uvloop {v['uvloop']}; "
+          f"litellm: {results['litellm']}; load average {results['load_average_start']:.2f} at start, "
+          f"{results['load_average_end']:.2f} at end")
+    print(f"note: load generator, fake upstream and proxy share these {results['cores']} cores (CPU % below is "
+          "of one core); added latency = path percentile minus direct percentile at the same concurrency; "
+          "the gateway asks the upstream for token ids + logprobs and fsyncs each trace before replying")
+    print(f"trace store: {results['store']}; one SQLite WAL commit with synchronous=FULL there takes "
+          f"{results['commit_ms']:.2f} ms (median of 50), a floor under the gateway's added latency")
+    print(report(results))
+    print("\ntargets:")
+    print("\n".join(targets(results)))
+    tc = results["trace_check"]
+    print(f"\ntrace check: {tc['traces']} traces stored ({tc['trainable']} trainable) for {tc['answered']} requests "
+          f"answered by the gateway: {'OK' if tc['ok'] else 'MISMATCH'}")
+    print(f"sample gateway reply: {sample[:200]}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"results written to {args.json}")
+    return 0 if tc["ok"] else 1
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration", type=float, default=5.0, help="measured seconds per point (default: 5)")
+    p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each point (default: 1)")
+    p.add_argument("--concurrency", default="1,64,256", help="comma-separated concurrent sessions (default: 1,64,256)")
+    p.add_argument("--skip-litellm", action="store_true", help="measure direct and rllm-gateway only")
+    p.add_argument("--json", metavar="PATH", help="also write every number to PATH")
+    p.add_argument("--store-dir", metavar="DIR", help="where the gateway's trace store goes (default: the temp "
+                   "dir); e.g. /dev/shm to see the gateway without the cost of fsync")
+    # internal: the child processes this script spawns
+    p.add_argument("--fake-upstream", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--path", help=argparse.SUPPRESS)
+    p.add_argument("--workers", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--session-prefix", default="bench", help=argparse.SUPPRESS)
+    p.add_argument("--watch", default="", help=argparse.SUPPRESS)
+    p.add_argument("--result-file", help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if args.fake_upstream:
+        run_fake_upstream(args.port)
+        return 0
+    if args.loadgen:
+        run_loadgen(args)
+        return 0
+    return orchestrate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

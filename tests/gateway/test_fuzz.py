@@ -1,0 +1,499 @@
+"""Fuzzing the gateway's HTTP surface with hypothesis.
+
+Whatever a client sends, the gateway must answer with JSON (or SSE for a successful ``stream: true``), a
+4xx must be OpenAI's error shape, nothing may be a 5xx or hang, and a rejected request must store no trace.
+
+Most examples run in-process (Starlette's ``TestClient``: no sockets, milliseconds each); a few go over
+real HTTP to the ``server`` fixture (uvicorn). Requests valid enough to reach the model keep
+``max_tokens <= 2`` and ``n <= 2`` so sampling stays cheap. Every run is derandomized: CI sees the same
+examples each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+import pytest
+from gateway_support import API_KEY, MODEL, GatewayFixture
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from rllm.gateway.app import SESSION_ID, create_app
+from rllm.gateway.traces import TraceQuery, TraceStore
+from rllm.inference.local import LocalEngine
+
+# The xfail tests at the bottom pin bugs found by this fuzzer. Once they are fixed, set this to True: the
+# strategies then also send lone surrogates, NaN / Infinity and integers beyond SQLite's and torch's
+# 64-bit ranges to the fields the gateway stores or echoes (now left out so the rest can be checked).
+KNOWN_BUGS_FIXED = False
+
+VOCAB = 49152  # the tiny model's tokenizer
+MAX_BODY_BYTES = 256 * 1024
+_FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                        HealthCheck.filter_too_much])
+
+pytestmark = pytest.mark.timeout(300)  # a hang fails the test instead of stalling the run
+
+
+# ---------------------------------------------------------------------------------------------- harness
+class _Gateway:
+    """A gateway app driven in-process, and the sessions its fuzzed requests were accepted / rejected in."""
+
+    def __init__(self, client: TestClient, store: TraceStore) -> None:
+        self.client, self.store = client, store
+        self.accepted: set[str] = set()
+        self.rejected: set[str] = set()
+        self._ids = itertools.count()
+
+    def session(self, tag: str) -> str:
+        """A fresh session id: each example's calls land in their own session, so its traces are its own."""
+        return f"fz{tag}-{next(self._ids)}"
+
+    def post(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+        return self.client.post(path, content=body, headers={"content-type": "application/json", **(headers or {})})
+
+    def sample(self, session_id: str, endpoint: str, body: bytes, headers: dict[str, str] | None = None,
+               *, sent: Any = None, path_id: str | None = None) -> httpx.Response:
+        """POST to a sampling endpoint in ``session_id`` (spelled ``path_id`` in the URL); check the reply, and
+        that traces exist iff it was accepted."""
+        before = self._count_traces(session_id)
+        r = self.post(f"/sessions/{path_id or session_id}/v1/{endpoint}", body, headers)
+        check_reply(r)
+        added = self._count_traces(session_id) - before
+        if r.status_code >= 400:
+            if not before:
+                self.rejected.add(session_id)
+            assert not added, f"a rejected request stored {added} trace(s): {body[:300]!r}"
+            return r
+        self.accepted.add(session_id)
+        self.rejected.discard(session_id)
+        n_choices = _count_choices(r)
+        assert added == n_choices, f"{n_choices} choices but {added} traces stored"
+        if isinstance(sent, dict) and sent.get("stream") is True:
+            assert r.headers["content-type"].startswith("text/event-stream")
+        # What was stored must read back over HTTP too.
+        back = self.client.get(f"/sessions/{path_id or session_id}/traces")
+        check_reply(back)
+        assert back.status_code == 200 and len(back.json()["traces"]) == before + n_choices
+        return r
+
+    def _count_traces(self, session_id: str) -> int:
+        return len(self.store.query(TraceQuery(session_id=session_id, limit=10_000)))
+
+    def assert_rejected_sessions_clean(self) -> None:
+        stored = {t.session_id for _, t in self.store.query(TraceQuery(limit=10_000))}
+        assert not stored & self.rejected, f"rejected-only sessions with traces: {sorted(stored & self.rejected)}"
+        assert stored <= self.accepted | {"default"}, f"traces in unexpected sessions: {stored - self.accepted}"
+        r = self.client.get("/traces", params={"session_prefix": "fz", "limit": 10_000})
+        check_reply(r)
+        assert r.status_code == 200
+
+
+def check_reply(r: httpx.Response, method: str = "GET") -> None:
+    """The gateway's contract for any reply: no 5xx; JSON (or SSE); a 4xx in OpenAI's error shape."""
+    assert r.status_code < 500, f"{r.request.method} {r.request.url} -> {r.status_code}: {r.text[:800]}"
+    if method == "HEAD":
+        return
+    ctype = r.headers.get("content-type", "")
+    if r.status_code >= 400:
+        assert ctype.startswith("application/json"), (r.status_code, ctype, r.text[:300])
+        body = r.json()
+        assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+        err = body["error"]
+        assert isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str), err
+        assert err["param"] is None or isinstance(err["param"], str), err
+        assert err["code"] is None or isinstance(err["code"], str), err
+    elif ctype.startswith("text/event-stream"):
+        events = [e for e in r.text.split("\n\n") if e]
+        assert events and events[-1] == "data: [DONE]", r.text[-200:]
+        for e in events[:-1]:
+            assert e.startswith("data: "), e
+            json.loads(e.removeprefix("data: "))
+    else:
+        assert ctype.startswith("application/json"), (r.status_code, ctype, r.text[:300])
+        r.json()
+
+
+def _count_choices(r: httpx.Response) -> int:
+    if r.headers["content-type"].startswith("text/event-stream"):
+        events = [json.loads(e.removeprefix("data: ")) for e in r.text.split("\n\n") if e and e != "data: [DONE]"]
+        return len({c["index"] for e in events for c in e["choices"]})
+    return len(r.json()["choices"])
+
+
+def _dumps(value: Any) -> bytes:
+    # ensure_ascii: lone surrogates go out as "\\ud800" escapes, the way a client's JSON encoder sends them
+    return json.dumps(value, allow_nan=True).encode()
+
+
+@pytest.fixture(scope="module")
+def fuzz_engine(tiny_model_dir: Path) -> LocalEngine:
+    # Its own engine: the `server` fixture's engine runs its batching worker on uvicorn's event loop.
+    return LocalEngine.from_pretrained(str(tiny_model_dir), device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def gw(fuzz_engine: LocalEngine, tmp_path: Path) -> Iterator[_Gateway]:
+    """A fresh app and store per test, so sessions one test creates cannot steer another's sampling."""
+    store = TraceStore(tmp_path / "traces.db")
+    app = create_app(fuzz_engine, store, model_name=MODEL, max_body_bytes=MAX_BODY_BYTES)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield _Gateway(client, store)
+    store.close()
+
+
+# ------------------------------------------------------------------------------------------- strategies
+_ODD_STRINGS = ["", " ", "\x00", "a\x00b", "\u202e", "\ufeff", "é", "𝔘𝔫𝔦", "🙂" * 3, "\n\t", "null", "{}",
+                "<|im_end|>", "<tool_call>", "x" * 3000]
+
+
+def _texts(max_size: int = 12, *, surrogates: bool = False) -> st.SearchStrategy[str]:
+    chars = st.characters(categories=("Cs",)) | st.characters() if surrogates else st.characters()
+    return st.text(chars, max_size=max_size) | st.sampled_from(_ODD_STRINGS)
+
+
+_HOSTILE = KNOWN_BUGS_FIXED  # hostile values in fields that are stored or echoed
+_BIG_INTS = st.sampled_from([2**31, 2**63 - 1, 2**63, -(2**63) - 1, 2**64, 2**80, -(2**80), 10**30])
+_FIELDS = ["messages", "prompt", "n", "temperature", "top_p", "max_tokens", "stop", "seed", "stream",
+           "stream_options", "tools", "tool_choice", "logprobs", "top_logprobs", "return_token_ids", "session_id",
+           "sampling", "metadata", "role", "content", "functions", "logit_bias", "echo"]  # never "model": see (a)
+
+
+def json_values(*, hostile: bool) -> st.SearchStrategy[Any]:
+    """Any JSON value; ``hostile`` adds NaN / Infinity and lone surrogates."""
+    scalars = (st.none() | st.booleans() | st.integers() | _BIG_INTS
+               | st.floats(allow_nan=hostile, allow_infinity=hostile) | _texts(surrogates=hostile))
+    keys = _texts(8, surrogates=hostile) | st.sampled_from(_FIELDS)
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+                        max_leaves=12)
+
+
+_text = _texts(surrogates=_HOSTILE)
+_content = _text | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _text}), max_size=2)
+_tool_call = st.fixed_dictionaries({"id": _text, "type": st.just("function"), "function": st.fixed_dictionaries(
+    {"name": _text, "arguments": st.sampled_from(["{}", '{"x": 1}', "not json", ""])})})
+_message = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "developer", "user"]), "content": _content}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": _content | st.none()},
+                          optional={"tool_calls": st.lists(_tool_call, min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"role": st.just("tool"), "content": _content, "tool_call_id": _texts().filter(bool)}),
+)
+_params_schema = st.fixed_dictionaries({"type": st.just("object"), "properties": st.dictionaries(
+    st.text(max_size=5), st.fixed_dictionaries({"type": st.sampled_from(["string", "integer"])}), max_size=2)})
+_tool = st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
+    {"name": st.from_regex(r"[A-Za-z0-9_.-]{1,64}", fullmatch=True)},
+    optional={"description": _text, "parameters": _params_schema, "strict": st.booleans()})})
+_stop = _text | st.lists(_text, max_size=4)
+_seed = st.integers(-(2**63), 2**63 - 1)
+_SAMPLING = {  # valid values of the fields chat and text completions share
+    "n": st.integers(1, 2), "temperature": st.floats(0, 2), "top_p": st.floats(0.01, 1), "stop": _stop,
+    "seed": _seed, "stream": st.booleans(), "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
+    "return_token_ids": st.booleans(), "user": _text, "echo": st.just(False), "logit_bias": st.just({}),
+}
+_ANY = json_values(hostile=False)
+_BAD_MESSAGES = st.sampled_from([
+    [], "hi", None, {}, [None], [{}], [[{"role": "user", "content": "x"}]], [{"role": "bogus", "content": "x"}],
+    [{"role": "user", "content": 5}], [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+    [{"role": "user", "content": [{"type": "text"}]}], [{"role": "tool", "content": "x"}],
+    [{"role": "tool", "content": "x", "tool_call_id": ""}], [{"role": "tool", "content": "x", "tool_call_id": 5}],
+    [{"role": "user", "content": "x", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]}],
+    [{"role": "assistant", "tool_calls": [{"id": 1}]}], [{"role": "assistant", "tool_calls": "x"}],
+    [{"role": "assistant", "tool_calls": [{"id": "a", "type": "retrieval", "function": {"name": "f", "arguments": ""}}]}],
+    [{"role": "user", "content": "x", "extra": 1}], [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}],
+    [{"role": None, "content": "x"}], [{"content": "x"}],
+]) | st.lists(_ANY, max_size=3)
+_BAD_COMMON: dict[str, st.SearchStrategy[Any]] = {
+    "model": st.sampled_from([None, 5, [], {}, "__delete__"]),
+    "n": st.sampled_from([0, -1, 129, 2**80, "x", 1.5, None, [], {}, float("nan"), float("inf")]),
+    "temperature": st.sampled_from([-0.1, 2.01, "hot", [], float("nan"), float("inf"), -(2**80)]),
+    "top_p": st.sampled_from([0, -1, 1.01, "x", float("nan"), {}]),
+    # never a large valid max_tokens (it would sample for minutes), nor a missing one (chat defaults to 256)
+    "max_tokens": st.sampled_from([0, -1, "x", "", 1.5, [], {}, -(2**80), float("-inf"), float("nan")]),
+    "stop": st.sampled_from([["a"] * 5, [1], {"a": 1}, 3, [None], [["a"]], True]),
+    "seed": st.sampled_from([2**63, 2**80, -(2**63) - 1, "x", 1.5, [], float("nan")]),
+    "stream": st.sampled_from(["yes", 2, [], {}, "maybe"]),
+    "stream_options": st.sampled_from(["x", 1, [], {"include_usage": "maybe"}, {"include_usage": []}]),
+    "return_token_ids": st.sampled_from(["x", 2, [], {}]),
+    "functions": st.sampled_from([[{"name": "f"}], "x", 1]),
+    "logit_bias": st.sampled_from([{"1": 5}, "x", [1]]),
+    "response_format": st.sampled_from([{"type": "json_object"}, "x"]),
+    "presence_penalty": st.sampled_from([0.5, "x"]), "best_of": st.just(2), "echo": st.just(True),
+    "suffix": st.just("x"),
+    "__extra__": _ANY,
+}
+_BAD_CHAT = {
+    **_BAD_COMMON, "messages": _BAD_MESSAGES,
+    "max_completion_tokens": st.sampled_from([0, -1, "x", 1.5, []]),
+    "tools": st.sampled_from(["x", {}, [{}], [{"type": "function"}], [{"type": "retrieval", "function": {"name": "f"}}],
+                              [{"type": "function", "function": {"name": ""}}], [{"type": "function", "function": {"name": "a b"}}],
+                              [{"type": "function", "function": {"name": "f" * 65}}], [{"type": "function", "function": {"name": 5}}],
+                              [{"type": "function", "function": {"name": "f", "parameters": []}}],
+                              [{"type": "function", "function": {"name": "f", "strict": "x"}}]]),
+    "tool_choice": st.sampled_from(["sometimes", 5, [], "required", {"type": "function"}, {"type": "function",
+                                                                                          "function": {"name": "f"}}]),
+    "logprobs": st.sampled_from(["yes", 2, [], {}]),
+    "top_logprobs": st.sampled_from([1, 5, -1, 21, "x", 2**80]),
+}
+_BAD_PROMPTS = st.sampled_from([[], "", [-1], [2**80], [-(2**80)], [VOCAB], [[1, 2]], [[]], [1.5], [None], ["a"],
+                                ["a", "b"], {"a": 1}, 5, None, True, [1, "a"], "__delete__"])
+_BAD_COMPLETION = {**_BAD_COMMON, "prompt": _BAD_PROMPTS,
+                   "logprobs": st.sampled_from([1, 5, -1, "x", True, [], 2**80])}
+
+
+@st.composite
+def _mutated(draw: st.DrawFn, base: dict[str, Any], bad: dict[str, st.SearchStrategy[Any]]) -> dict[str, Any]:
+    """``base`` with 0-3 fields set to a wrong type, an out-of-range value, or removed."""
+    body = dict(base)
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(st.sampled_from(sorted(bad)))
+        value = draw(bad[key])
+        if key == "__extra__":
+            key = draw(_texts(8))
+        if value == "__delete__":
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return body
+
+
+@st.composite
+def chat_requests(draw: st.DrawFn) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": MODEL, "messages": draw(st.lists(_message, min_size=1, max_size=3)),
+                            "max_tokens": draw(st.integers(1, 2))}
+    extra = {**_SAMPLING, "max_completion_tokens": st.integers(1, 2), "logprobs": st.booleans(),
+             "top_logprobs": st.just(0), "parallel_tool_calls": st.booleans()}
+    for key in draw(st.lists(st.sampled_from(sorted(extra)), unique=True, max_size=5)):
+        body[key] = draw(extra[key])
+    if draw(st.booleans()):
+        body["tools"] = draw(st.lists(_tool, min_size=1, max_size=2))
+        if draw(st.booleans()):
+            name = body["tools"][0]["function"]["name"]
+            body["tool_choice"] = draw(st.sampled_from(["none", "auto", "required",
+                                                        {"type": "function", "function": {"name": name}}]))
+    return draw(_mutated(body, _BAD_CHAT))
+
+
+@st.composite
+def completion_requests(draw: st.DrawFn) -> dict[str, Any]:
+    prompt = draw(_text.filter(bool) | st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=8))
+    body: dict[str, Any] = {"model": MODEL, "prompt": prompt, "max_tokens": draw(st.integers(1, 2))}
+    extra = {**_SAMPLING, "logprobs": st.sampled_from([0, None])}
+    for key in draw(st.lists(st.sampled_from(sorted(extra)), unique=True, max_size=5)):
+        body[key] = draw(extra[key])
+    return draw(_mutated(body, _BAD_COMPLETION))
+
+
+def _nested(depth: int, open_: bytes = b"[", close: bytes = b"]") -> bytes:
+    return open_ * depth + close * depth
+
+
+_VALID_CHAT = _dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+_VALID_COMPLETION = _dumps({"model": MODEL, "prompt": "Once", "max_tokens": 1})
+_RAW_BODIES = [
+    b"", b" ", b"null", b"[]", b"{}", b"0", b'"x"', b"NaN", b"Infinity", b"-Infinity", b'"\\ud800"',
+    b'{"a":1}{"b":2}', b'{"a" 1}', b'{"a":1,}', b"{'a': 1}", b"\x00" * 8, b"\xff\xfe", b"\xef\xbb\xbf{}",
+    b'{"model":"t","prompt":"\xff\xfe","max_tokens":1}', b'{"model":"t","stop":"\xed\xa0","prompt":"a","max_tokens":1}',
+    b'{"n": 1e999}', b'{"max_tokens": -1e999}', b'{"temperature": 1e999}',
+    b'{"model":"t","prompt":"a","max_tokens":' + b"1" * 5000 + b"}",  # past int()'s 4300-digit limit
+    b'{"model":"t","prompt":"a","max_tokens":1,"n":' + b"9" * 5000 + b"}",
+    b'{"model":"t","prompt":"a","max_tokens":1e999}', b'{"model":"t","prompt":[1e999],"max_tokens":1}',
+    _nested(100_000), _nested(1_000), _nested(990), b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    b'{"model":"t","messages":' + _nested(50_000) + b',"max_tokens":1}',
+    _VALID_CHAT.decode().encode("utf-16"), _VALID_COMPLETION.decode().encode("utf-32"),
+    b"a=1&b=2", b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n--x--\r\n",
+]
+
+
+@st.composite
+def raw_bodies(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["bytes", "truncated", "fixed", "spliced"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=64))
+    if kind == "fixed":
+        return draw(st.sampled_from(_RAW_BODIES))
+    valid = draw(st.sampled_from([_VALID_CHAT, _VALID_COMPLETION]))
+    cut = draw(st.integers(0, len(valid) - 1))
+    if kind == "truncated":
+        return valid[:cut]
+    return valid[:cut] + draw(st.binary(min_size=1, max_size=8)) + valid[cut + 1:]
+
+
+# ------------------------------------------------------------------------------------ (a)-(c): bodies
+_SAMPLING_ENDPOINTS = ["chat/completions", "completions"]
+
+
+def test_arbitrary_json_bodies(gw: _Gateway) -> None:
+    @settings(_FUZZ, max_examples=250)
+    @given(endpoint=st.sampled_from([*_SAMPLING_ENDPOINTS, "sessions"]), data=st.data())
+    def run(endpoint: str, data: st.DataObject) -> None:
+        if endpoint == "sessions":  # what /sessions accepts is stored and echoed back
+            body = _dumps(data.draw(json_values(hostile=_HOSTILE)))
+            check_reply(gw.post("/sessions", body))
+        else:
+            gw.sample(gw.session("a"), endpoint, _dumps(data.draw(json_values(hostile=True))))
+
+    run()
+    gw.assert_rejected_sessions_clean()
+
+
+def test_mutated_chat_requests(gw: _Gateway) -> None:
+    @settings(_FUZZ, max_examples=300)
+    @given(body=chat_requests())
+    def run(body: dict[str, Any]) -> None:
+        gw.sample(gw.session("b"), "chat/completions", _dumps(body), sent=body)
+
+    run()
+    gw.assert_rejected_sessions_clean()
+
+
+def test_mutated_completion_requests(gw: _Gateway) -> None:
+    @settings(_FUZZ, max_examples=200)
+    @given(body=completion_requests())
+    def run(body: dict[str, Any]) -> None:
+        gw.sample(gw.session("b"), "completions", _dumps(body), sent=body)
+
+    run()
+    gw.assert_rejected_sessions_clean()
+
+
+def test_raw_bodies(gw: _Gateway) -> None:
+    @settings(_FUZZ, max_examples=150)
+    @given(endpoint=st.sampled_from([*_SAMPLING_ENDPOINTS, "sessions"]), body=raw_bodies())
+    def run(endpoint: str, body: bytes) -> None:
+        if endpoint == "sessions":
+            check_reply(gw.post("/sessions", body))
+        else:
+            gw.sample(gw.session("c"), endpoint, body)
+
+    run()
+    for body in _RAW_BODIES:  # every hand-written body, whatever hypothesis picked
+        gw.sample(gw.session("c"), "completions", body)
+    gw.assert_rejected_sessions_clean()
+
+
+def test_session_overrides(gw: _Gateway) -> None:
+    """``POST /sessions`` with fuzzed overrides, then one call in the session: no 5xx either way."""
+    seed = _seed if not KNOWN_BUGS_FIXED else st.integers() | _BIG_INTS
+    sampling = st.dictionaries(st.sampled_from(["temperature", "top_p", "top_k", "max_tokens", "stop", "seed",
+                                                "ignore_eos", "n", "logprobs", "bogus"]), _ANY, max_size=3)
+    if not KNOWN_BUGS_FIXED:  # see test_session_seed_beyond_64_bits_is_refused
+        sampling = sampling.filter(lambda s: not isinstance(s.get("seed"), int) or -(2**63) <= s["seed"] < 2**63)
+    valid = st.fixed_dictionaries({}, optional={
+        "temperature": st.floats(0, 1e6), "top_p": st.floats(0.01, 1), "top_k": st.integers(0, 10**6),
+        "max_tokens": st.integers(1, 2), "stop": _stop, "seed": seed, "ignore_eos": st.booleans()})
+
+    @settings(_FUZZ, max_examples=80)
+    @given(sampling=sampling | valid, metadata=st.dictionaries(_text, _ANY, max_size=3), endpoint=st.sampled_from(
+        _SAMPLING_ENDPOINTS), role=st.booleans())
+    def run(sampling: dict[str, Any], metadata: dict[str, Any], endpoint: str, role: bool) -> None:
+        sid = gw.session("s")
+        r = gw.post("/sessions", _dumps({"session_id": sid, "sampling": sampling, "metadata": metadata}))
+        check_reply(r)
+        if r.status_code != 201 or sampling.get("max_tokens", 1) not in (1, 2):
+            return
+        body = _VALID_CHAT if endpoint == "chat/completions" else _VALID_COMPLETION
+        gw.sample(f"{sid}:judge" if role else sid, endpoint, body)  # a role sub-session inherits the overrides
+        gw.sample(sid, endpoint, body)  # the session's second call: its seed is shifted
+
+    run()
+    gw.assert_rejected_sessions_clean()
+
+
+# ------------------------------------------------------------------ (d) paths, session ids, query strings
+_SESSION_IDS = st.one_of(
+    st.from_regex(SESSION_ID, fullmatch=True),
+    _texts(20),
+    st.integers(257, 5000).map(lambda n: "a" * n),
+    st.sampled_from(["default", "..", ".", "%00", "%2F", "%ZZ", "%E9", "%ED%A0%80", "%", "a%20b", "a b", "a/b", "a?b",
+                     "a#b", "a" * 256, ":", "a:", ":b", "a::b", ":" * 256, "é", "🙂", "a\x00b", "a\nb"]),
+)
+_SESSION_ROUTES = [("GET", "/sessions/{}"), ("DELETE", "/sessions/{}"), ("GET", "/sessions/{}/traces"),
+                   ("GET", "/sessions/{}/v1/models"), ("POST", "/sessions/{}/v1/chat/completions"),
+                   ("POST", "/sessions/{}/v1/completions")]
+_INT_STRINGS = (st.integers() | _BIG_INTS if KNOWN_BUGS_FIXED else st.integers(-(2**63), 2**63 - 1)).map(str)
+_QUERY_VALUES = st.one_of(
+    _texts(12), _INT_STRINGS, st.floats().map(str),
+    st.sampled_from(["nan", "inf", "-inf", "1e999", "-1e999", "", "0x10", " 1 ", "1_000", "1.5", "true", "0", "-1",
+                     "10000", "10001", "chat.completions", "completions", "fz", "%", "%ZZ", "\x00"]),
+)
+_QUERY_KEYS = st.sampled_from(["session_id", "session_prefix", "endpoint", "since", "after_seq", "limit", "bogus", ""])
+_RAW_QUERIES = st.sampled_from(["", "&&&", "=", "a=1=2", "limit", "limit=", "%", "%ZZ", "session_id=%ED%A0%80",
+                                "session_id=%00", "limit=1&limit=x", "after_seq=1e3", "since=%F0%9F%99%82"]) | st.text()
+
+
+def _printable(s: str) -> str:
+    """``s`` as it can go raw into a URL: httpx refuses control characters there (and so would uvicorn)."""
+    return "".join(c if c.isprintable() else quote(c) for c in s)
+
+
+def test_session_ids_in_paths(gw: _Gateway) -> None:
+    @settings(_FUZZ, max_examples=300)
+    @given(route=st.sampled_from(_SESSION_ROUTES), sid=_SESSION_IDS, encode=st.booleans())
+    def run(route: tuple[str, str], sid: str, encode: bool) -> None:
+        method, template = route
+        if method == "POST":  # quoted, so the id the gateway decodes is `sid` itself
+            endpoint = template.rsplit("/v1/", 1)[1]
+            body = _VALID_CHAT if endpoint == "chat/completions" else _VALID_COMPLETION
+            r = gw.sample(sid, endpoint, body, path_id=quote(sid, safe=""))
+            assert (r.status_code == 200) == bool(SESSION_ID.match(sid)), r.text[:300]
+            return
+        r = gw.client.request(method, template.format(quote(sid, safe="") if encode else _printable(sid)))
+        check_reply(r)
+
+    run()
+    gw.assert_rejected_sessions_clean()
+
+
+def test_query_strings(gw: _Gateway) -> None:
+    gw.sample("fzq", "completions", _VALID_COMPLETION)  # so queries have something to find
+
+    @settings(_FUZZ, max_examples=200)
+    @given(path=st.sampled_from(["/traces", "/sessions", "/sessions/fzq/traces", "/v1/models", "/health"]),
+           params=st.lists(st.tuples(_QUERY_KEYS, _QUERY_VALUES), max_size=5), raw=st.none() | _RAW_QUERIES)
+    def run(path: str, params: list[tuple[str, str]], raw: str | None) -> None:
+        r = gw.client.get(f"{path}?{_printable(raw)}") if raw is not None else gw.client.get(path, params=params)
+        check_reply(r)
+
+    run()
+
+
+# ----------------------------------------------------------------------- (e) methods and content types
+_ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/models", "/sessions", "/sessions/fze", "/sessions/fze/traces",
+           "/traces", "/health", "/sessions/fze/v1/models", "/sessions/fze/v1/chat/completions", "/nope", "/", "/v1",
+           "/v1/models/tiny", "/v1/embeddings", "/v1/responses", "/sessions/fze/v1", "//v1/models", "/v1/models/"]
+_CONTENT_TYPES = ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                  "application/json; charset=latin-1", "application/json; charset=utf-16", "", "*/*",
+                  "application/octet-stream", "application/xml", "application/json\x00"]
+
+
+def test_methods_and_content_types(gw: _Gateway) -> None:
+    @settings(_FUZZ, max_examples=200)
+    @given(method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD", "TRACE", "PROPFIND"]),
+           path=st.sampled_from(_ROUTES), ctype=st.sampled_from(_CONTENT_TYPES),
+           body=st.sampled_from([b"", b"a=1", b"<x/>", _VALID_CHAT, _VALID_COMPLETION]) | st.binary(max_size=16))
+    def run(method: str, path: str, ctype: str, body: bytes) -> None:
+        headers = {"content-type": ctype} if ctype else {}
+        if path.startswith("/v1/") and path.endswith("completions"):
+            path = path.replace("/v1/", f"/sessions/{gw.session('e')}/v1/", 1)
+        if method == "POST" and path.endswith("completions"):
+            sid = path.split("/")[2]
+            gw.sample(sid, path.rsplit("/v1/", 1)[1], body, headers)
+            return
+        r = gw.client.request(method, path, content=body, headers=headers)
+        check_reply(r, method)
+        if path.endswith("completions"):
+            gw.rejected.add(path.split("/")[2])
+
+    run()
+    gw.assert_rejected_sessions_clean()
