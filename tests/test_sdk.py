@@ -186,3 +186,27 @@ def test_trainer_learns_through_the_gateway(tmp_path: Path) -> None:
     with TraceStore(result.run_dir / "traces.db") as store:  # every call is on record, with its weight version
         versions = {t.weight_version for s in store.sessions()[-4:] for t in store.list(s)}
     assert versions == {30} and N_TASKS == 4
+
+
+def test_flow_may_return_its_own_trajectories(gateway: tuple) -> None:
+    url, engine, _ = gateway
+
+    @rllm.rollout
+    async def labelled(task: dict, config: AgentConfig) -> list[rllm.Trajectory]:
+        client = config.async_client()
+        await client.completions.create(model=config.model, prompt="a", max_tokens=2)
+        await client.completions.create(model=config.model, prompt="b", max_tokens=2)
+        wf = GatewayWorkflow(labelled, gateway_url=config.gateway_url, model=config.model)
+        traces = await wf.read_traces(config.session_id)
+        from rllm.engine.assembly import assemble_steps
+
+        (first, second), _ = assemble_steps(traces)
+        return [rllm.Trajectory(name="proposer", steps=[first]), rllm.Trajectory(name="critic", steps=[second])]
+
+    @rllm.evaluator
+    def score(task: dict, episode: rllm.Episode) -> EvalResult:
+        return EvalResult(reward=1.0, role_rewards={"critic": -1.0})
+
+    (ep,) = _run(GatewayWorkflow(labelled, score, gateway_url=url, model="tiny"), engine, [{"task_id": "own"}])
+    assert not ep.failed, ep.error
+    assert {t.name: t.reward for t in ep.trajectories} == {"proposer": 1.0, "critic": -1.0}

@@ -17,7 +17,7 @@ import rllm
 from rllm.rewards.basic import single_number_match
 
 sys.path.insert(0, str(Path(__file__).parent))
-from agent import answer  # noqa: E402  (the unchanged agent, next to this file)
+from agent import answer
 
 
 @rllm.rollout

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -311,7 +310,3 @@ def _error_text(resp: httpx.Response) -> str:
         return str(err.get("message", err)) if isinstance(err, dict) else str(err)
     except ValueError:
         return resp.text[:500]
-
-
-def now_ms() -> float:
-    return time.perf_counter() * 1000.0

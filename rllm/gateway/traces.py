@@ -194,7 +194,7 @@ class TraceStore:
             where.append("session_id = ?")
             args.append(q.session_id)
         if q.session_prefix is not None:
-            # GLOB, not LIKE: '_' and '%' are ordinary characters in session ids.
+            # substr, not LIKE: '_' and '%' are ordinary characters in session ids.
             where.append("substr(session_id, 1, ?) = ?")
             args += [len(q.session_prefix), q.session_prefix]
         if q.endpoint is not None:

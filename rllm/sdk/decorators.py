@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.types import Episode
@@ -57,39 +58,44 @@ class AgentConfig(BaseModel):
                                   max_retries=0, http_client=_shared_async_http())
 
 
-def _shared_http() -> Any:
+class _SharedClient(httpx.Client):
+    """One connection pool for every episode's sync client: an agent closing "its" client must not end it."""
+
+    def close(self) -> None:
+        pass
+
+
+class _SharedAsyncClient(httpx.AsyncClient):
+    """The async counterpart of :class:`_SharedClient` (one per event loop)."""
+
+    async def aclose(self) -> None:
+        pass
+
+
+_LIMITS = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+_SHARED_HTTP: _SharedClient | None = None
+# One pool per event loop (the trainer runs each step under its own loop); dropped with the loop.
+_SHARED_ASYNC_HTTP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SharedAsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _shared_http() -> _SharedClient:
     global _SHARED_HTTP
     if _SHARED_HTTP is None:
-        import httpx
-
-        class _Shared(httpx.Client):
-            def close(self) -> None:  # shared by every episode: an agent closing "its" client must not end it
-                pass
-
-        _SHARED_HTTP = _Shared(timeout=600, limits=httpx.Limits(max_connections=1024))
+        _SHARED_HTTP = _SharedClient(timeout=600, limits=_LIMITS)
     return _SHARED_HTTP
 
 
-def _shared_async_http() -> Any:
-    import httpx
-
-    class _SharedAsync(httpx.AsyncClient):
-        async def aclose(self) -> None:  # see _shared_http
-            pass
-
+def _shared_async_http() -> _SharedAsyncClient:
     try:
         loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return _SharedAsync(timeout=600)
+    except RuntimeError:  # made outside a loop: a pool of its own, bound to whichever loop first uses it
+        return _SharedAsyncClient(timeout=600, limits=_LIMITS)
     client = _SHARED_ASYNC_HTTP.get(loop)
     if client is None:
-        client = _SHARED_ASYNC_HTTP[loop] = _SharedAsync(timeout=600, limits=httpx.Limits(max_connections=1024))
+        client = _SHARED_ASYNC_HTTP[loop] = _SharedAsyncClient(timeout=600, limits=_LIMITS)
     return client
-
-
-_SHARED_HTTP: Any = None
-# One pool per event loop (the trainer runs each step under its own loop); dropped with the loop.
-_SHARED_ASYNC_HTTP: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 class EvalResult(BaseModel):

@@ -28,7 +28,7 @@ from rllm.sdk.decorators import (
     evaluator,
     rollout,
 )
-from rllm.types import Episode, TerminationReason
+from rllm.types import Episode, TerminationReason, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,12 @@ class GatewayWorkflow:
         output = await self.flow.run(task, config)
         traces = await self.read_traces(session_id)
         trajectories, metrics = traces_to_trajectories(traces, root_session=session_id, merge=self.merge_turns)
+        # A flow may label its own roles by returning the trajectories (or an Episode) it built, e.g. from
+        # traces_to_trajectories over its sessions: those are trained on instead of the default grouping.
+        own = output.trajectories if isinstance(output, Episode) else output
+        if isinstance(own, list) and own and all(isinstance(t, Trajectory) for t in own):
+            trajectories = own
+            output = output.reward if isinstance(output, Episode) and output.reward is not None else None
         for traj in trajectories:
             ctx.trajectories[traj.name] = traj
         episode = Episode(task_id=ctx.task_id, task=task, trajectories=trajectories, info={"output": output})
