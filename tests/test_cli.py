@@ -199,7 +199,7 @@ def test_python_dash_m_rllm_help() -> None:
         [sys.executable, "-m", "rllm", "--help"], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert "{train,model,version}" in proc.stdout
+    assert "{train,gateway,model,check-template,version}" in proc.stdout
 
 
 def test_console_script_reports_errors_in_one_line() -> None:

@@ -29,11 +29,11 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -47,9 +47,11 @@ from rllm.inference.base import SamplingParams
 logger = logging.getLogger(__name__)
 
 DEFAULT_SESSION = "default"
-SESSION_ID = re.compile(r"^[A-Za-z0-9._:~@+=-]{1,256}$")
+# '.' and '..' are excluded: HTTP clients resolve them away as dot segments of the URL.
+SESSION_ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._:~@+=-]{1,256}$")
 # Session sampling overrides may set these SamplingParams fields (n stays the client's choice).
 _OVERRIDABLE = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "ignore_eos")
+_SESSION_ID_RULE = "a session id is 1-256 characters of letters, digits and . _ : ~ @ + = - (not '.' or '..')"
 # A seeded session gives its k-th call the seed ``seed + k * _SEED_STRIDE`` (distinct, reproducible).
 _SEED_STRIDE = 7919
 
@@ -59,9 +61,16 @@ class SessionCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str | None = Field(None, pattern=SESSION_ID.pattern)
+    session_id: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("session_id")
+    @classmethod
+    def _valid_id(cls, v: str | None) -> str | None:
+        if v is not None and not SESSION_ID.match(v):
+            raise ValueError(_SESSION_ID_RULE)
+        return v
 
 
 class _GatewayState:
@@ -114,12 +123,15 @@ def create_app(
 
     async def body_of(request: Request) -> bytes:
         chunks, size = [], 0
-        async for chunk in request.stream():  # chunked uploads have no content-length to check up front
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise OpenAIError(413, f"the request body is larger than the gateway's limit of {max_body_bytes} "
-                                       "bytes", code="request_too_large")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():  # chunked uploads have no content-length to check up front
+                size += len(chunk)
+                if size > max_body_bytes:
+                    raise OpenAIError(413, f"the request body is larger than the gateway's limit of "
+                                           f"{max_body_bytes} bytes", code="request_too_large")
+                chunks.append(chunk)
+        except ClientDisconnect:  # the client hung up mid-body: nobody to answer, nothing to record
+            raise OpenAIError(400, "the client disconnected before sending the whole body") from None
         return b"".join(chunks)
 
     async def chat_completions(request: Request) -> Response:
@@ -140,6 +152,8 @@ def create_app(
         session_id = _session_id(request)
         st = await state.session_state(session_id)
         params = _sampling_params(build, st)
+        if "max_tokens" in st[0]:
+            up["max_tokens_given"] = True
         record["sampling_params"] = params.model_dump()
         endpoint = up["endpoint"]
         request_id = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
@@ -257,8 +271,7 @@ async def _aiter(chunks: Any) -> Any:
 def _session_id(request: Request) -> str:
     session_id = request.path_params.get("session_id", DEFAULT_SESSION)
     if not SESSION_ID.match(session_id):
-        raise OpenAIError(400, "a session id is 1-256 characters of letters, digits and . _ : ~ @ + = -",
-                          param="session_id")
+        raise OpenAIError(400, _SESSION_ID_RULE, param="session_id")
     return session_id
 
 
@@ -291,11 +304,17 @@ def _sampling_params(build: Any, session_state: list[Any]) -> SamplingParams:
     return params
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON (JSON has no NaN or infinities)")
+
+
 def _parse(body: bytes, model: type[BaseModel]) -> Any:
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise OpenAIError(400, f"the request body is not valid JSON: {exc}") from exc
+        # Strict UTF-8 (no encoded surrogates) and no NaN/Infinity: what is stored must read back as JSON.
+        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # escaped lone surrogates ("\ud800") fail here
+    except (ValueError, UnicodeError) as exc:
+        raise OpenAIError(400, f"the request body is not valid JSON: {_printable(exc)}") from exc
     except RecursionError as exc:
         raise OpenAIError(400, "the request body is nested too deeply") from exc
     if not isinstance(data, dict):
@@ -306,6 +325,10 @@ def _parse(body: bytes, model: type[BaseModel]) -> Any:
         raise validation_error(exc) from exc
     except RecursionError as exc:
         raise OpenAIError(400, "the request body is nested too deeply") from exc
+
+
+def _printable(exc: Exception) -> str:
+    return str(exc).encode("utf-8", "backslashreplace").decode("utf-8")[:300]
 
 
 def _error(err: OpenAIError) -> JSONResponse:

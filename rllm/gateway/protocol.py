@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rllm.inference.base import SamplingParams
 
@@ -196,11 +204,15 @@ class ChatCompletionRequest(_SamplingRequest):
         # max_completion_tokens is the newer name; it wins when both are sent, as in OpenAI's API.
         return self.sampling_params(self.max_completion_tokens or self.max_tokens)
 
+    @property
+    def max_tokens_given(self) -> bool:
+        return self.max_completion_tokens is not None or self.max_tokens is not None
+
 
 class CompletionRequest(_SamplingRequest):
     """A text completion of one prompt: a string, or a list of token ids (sent as is)."""
 
-    prompt: str | list[int]
+    prompt: str | list[StrictInt]
     logprobs: int | None = Field(None, ge=0)
 
     @field_validator("logprobs")
@@ -227,6 +239,10 @@ class CompletionRequest(_SamplingRequest):
     def to_sampling_params(self) -> SamplingParams:
         # OpenAI's legacy completions default to 16 tokens.
         return self.sampling_params(self.max_tokens or 16)
+
+    @property
+    def max_tokens_given(self) -> bool:
+        return self.max_tokens is not None
 
 
 def validation_error(exc: ValidationError) -> OpenAIError:

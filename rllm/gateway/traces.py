@@ -141,7 +141,7 @@ class TraceQuery(BaseModel):
     session_prefix: str | None = None
     endpoint: Literal["chat.completions", "completions"] | None = None
     since: float | None = None  # created_at >= since (unix seconds)
-    after_seq: int = 0
+    after_seq: int = Field(0, ge=0, lt=2**63)
     limit: int = Field(100, ge=1, le=10_000)
 
 

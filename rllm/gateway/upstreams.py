@@ -35,6 +35,9 @@ class UpstreamRequest(BaseModel):
     prompt: str | list[int] | None = None
     params: SamplingParams
     logprobs: bool = False
+    # False when neither the client nor the session set max_tokens: an engine may then lower the default
+    # to what fits in the model's context (as vLLM does) instead of refusing the call.
+    max_tokens_given: bool = True
 
 
 class UpstreamChoice(BaseModel):
@@ -106,6 +109,8 @@ class LocalUpstream:
         self.name = "local"
         self.renderer = ChatRenderer(engine.tokenizer, tool_format=tool_format)
         self.tool_parser = get_tool_parser(tool_format)
+        config = getattr(getattr(engine, "model", None), "config", None)
+        self.context_length: int | None = getattr(config, "max_position_embeddings", None)
 
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
         if request.endpoint == "chat.completions":
@@ -115,7 +120,10 @@ class LocalUpstream:
             except Exception as exc:  # the template rejects some message orders (e.g. two system messages)
                 raise UpstreamError(400, f"the chat template cannot render these messages: {exc}") from exc
         elif isinstance(request.prompt, str):
-            prompt_ids = list(self.engine.tokenizer(request.prompt)["input_ids"])
+            try:
+                prompt_ids = list(self.engine.tokenizer(request.prompt)["input_ids"])
+            except Exception as exc:  # the tokenizer refuses some strings (lone surrogates)
+                raise UpstreamError(400, f"the tokenizer cannot encode this prompt: {exc}") from exc
         else:
             prompt_ids = list(request.prompt or [])
         if not prompt_ids:
@@ -123,6 +131,14 @@ class LocalUpstream:
         vocab = len(self.engine.tokenizer)
         if any(not 0 <= t < vocab for t in prompt_ids):
             raise UpstreamError(400, f"prompt token ids must lie in [0, {vocab}) for this model")
+        context = self.context_length
+        if context is not None and not request.max_tokens_given and len(prompt_ids) < context:
+            fits = min(request.params.max_tokens, context - len(prompt_ids))
+            request = request.model_copy(update={"params": request.params.model_copy(update={"max_tokens": fits})})
+        if context is not None and len(prompt_ids) + request.params.max_tokens > context:
+            raise UpstreamError(
+                400, f"this model's maximum context length is {context} tokens; the prompt has {len(prompt_ids)} "
+                f"and max_tokens asks for {request.params.max_tokens} more: shorten the prompt or lower max_tokens")
         completions = await self.engine.generate(prompt_ids, request.params)
         parse = request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
         choices = []

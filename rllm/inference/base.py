@@ -20,11 +20,12 @@ class SamplingParams(BaseModel):
 
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    max_tokens: int = Field(256, ge=1)
+    top_k: int = Field(0, ge=0, le=2**31)
+    max_tokens: int = Field(256, ge=1, le=2**31)
     stop: list[str] = Field(default_factory=list)
-    n: int = Field(1, ge=1)
-    seed: int | None = None
+    n: int = Field(1, ge=1, le=1024)
+    # Any 63-bit value: engines derive per-row / per-call seeds from it modulo 2**63.
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     ignore_eos: bool = False
 
     @field_validator("stop", mode="before")

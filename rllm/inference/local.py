@@ -136,7 +136,7 @@ class LocalEngine:
         for j in range(params.n):
             gen = torch.Generator(device=self.device)
             if params.seed is not None:
-                gen.manual_seed(params.seed + j)
+                gen.manual_seed((params.seed + j) % 2**63)
             else:
                 gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._seed_rng)))
             rows.append(_Row(list(prompt_ids), params, gen, loop.create_future(), loop))

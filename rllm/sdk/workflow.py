@@ -18,7 +18,7 @@ import httpx
 
 from rllm.engine.assembly import traces_to_trajectories
 from rllm.engine.context import Outcome, RolloutContext
-from rllm.gateway.traces import Trace
+from rllm.gateway.traces import SessionInfo, Trace, TraceQuery, TraceStore
 from rllm.sdk.decorators import (
     AgentConfig,
     EvalResult,
@@ -45,7 +45,11 @@ class GatewayWorkflow:
         model: str,
         api_key: str | None = None,
         merge_turns: bool = True,
+        store: TraceStore | None = None,
     ) -> None:
+        """``store``: the gateway's own trace store, when the gateway runs in this process (the trainer's
+        embedded one). Sessions are then opened and traces read in the store directly, two HTTP round trips
+        per episode fewer; the agent's calls still go over HTTP, as with any gateway."""
         self.flow = flow if isinstance(flow, Rollout) else rollout(flow)
         self.evaluator = None if evaluator_fn is None else (
             evaluator_fn if isinstance(evaluator_fn, Evaluator) else evaluator(evaluator_fn))
@@ -53,6 +57,7 @@ class GatewayWorkflow:
         self.model = model
         self.api_key = api_key
         self.merge_turns = merge_turns
+        self.store = store
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
 
@@ -66,15 +71,21 @@ class GatewayWorkflow:
             self._http_loop = loop
         return self._http
 
+    async def open_session(self, session_id: str, sampling: dict[str, Any], metadata: dict[str, Any]) -> None:
+        if self.store is not None:
+            info = SessionInfo(session_id=session_id, sampling=sampling, metadata=metadata)
+            await asyncio.to_thread(self.store.create_session, info)
+            return
+        r = await self._client().post("/sessions", json={"session_id": session_id, "sampling": sampling,
+                                                         "metadata": metadata})
+        if r.status_code != 201:
+            raise RuntimeError(f"the gateway refused to open session {session_id}: {r.status_code} {r.text[:300]}")
+
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
-        http = self._client()
         session_id = ctx.episode_id
         sampling = {k: v for k, v in ctx.sampling.model_dump().items()
                     if k in ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed") and v not in (None, [])}
-        r = await http.post("/sessions", json={"session_id": session_id, "sampling": sampling,
-                                               "metadata": {"task_id": ctx.task_id}})
-        if r.status_code != 201:
-            raise RuntimeError(f"the gateway refused to open session {session_id}: {r.status_code} {r.text[:300]}")
+        await self.open_session(session_id, sampling, {"task_id": ctx.task_id})
         config = AgentConfig(
             base_url=f"{self.gateway_url}/sessions/{session_id}/v1", model=self.model, session_id=session_id,
             gateway_url=self.gateway_url, api_key=self.api_key or "EMPTY", sampling=sampling,
@@ -102,6 +113,9 @@ class GatewayWorkflow:
 
     async def read_traces(self, session_id: str) -> list[Trace]:
         """The traces of ``session_id`` and its role sub-sessions, in call order."""
+        if self.store is not None:
+            rows = await asyncio.to_thread(self.store.query, TraceQuery(session_prefix=session_id, limit=10_000))
+            return [t for _, t in rows if t.session_id == session_id or t.session_id.startswith(session_id + ":")]
         traces, after = [], 0
         while True:
             r = await self._client().get("/traces", params={"session_prefix": session_id, "after_seq": after,

@@ -192,7 +192,7 @@ class AgentTrainer:
         logger.info("agent flow %s runs against the embedded gateway at %s (traces: %s)", self.agent_flow.name,
                     self.gateway.url, self.trace_store.path)
         return GatewayWorkflow(self.agent_flow, self.evaluator, gateway_url=self.gateway.url,
-                               model=self.cfg.model.path)
+                               model=self.cfg.model.path, store=self.trace_store)
 
     def _stop_gateway(self) -> None:
         if self.gateway is not None:
