@@ -20,20 +20,21 @@ health every ``health_interval_s``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 
 from rllm.gateway.upstreams import UpstreamChoice, UpstreamError, UpstreamRequest, UpstreamResult
 
 logger = logging.getLogger(__name__)
 
 Kind = Literal["vllm", "sglang", "openai"]
-_RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.RemoteProtocolError,
-              httpx.WriteError, httpx.PoolTimeout)
+# Connection-level failures: the request may not have reached the worker, so another may serve it.
+_RETRYABLE = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
 
 
 @dataclass
@@ -83,9 +84,11 @@ class HTTPUpstream:
         self.health_interval_s = health_interval_s
         self.max_sticky_sessions = max_sticky_sessions
         self._sticky: OrderedDict[str, Worker] = OrderedDict()
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout_s, limits=limits)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout_s = timeout_s
+        # aiohttp, not httpx: httpx's connection pool walks every pooled connection on each request, which
+        # dominated the gateway's CPU at 64+ concurrent sessions. Created on first use, inside the loop.
+        self._session: aiohttp.ClientSession | None = None
         self._health_task: asyncio.Task | None = None
         self._started = False
         self._start_lock: asyncio.Lock | None = None
@@ -97,6 +100,22 @@ class HTTPUpstream:
     @property
     def trainable(self) -> bool:
         return self.kind in ("vllm", "sglang")
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
+            )
+        return self._session
+
+    async def _get(self, url: str, timeout_s: float) -> tuple[int, Any]:
+        async with self._http().get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            body = await r.read()
+            try:
+                return r.status, json.loads(body)
+            except ValueError:
+                return r.status, None
 
     # ------------------------------------------------------------------ start-up
     async def start(self) -> None:
@@ -114,11 +133,12 @@ class HTTPUpstream:
                     if self.kind == "auto":
                         self.kind = await self._detect_kind(w)
                     if self.model is None:
-                        r = await self._client.get(f"{w.base_url}/models", timeout=10)
-                        r.raise_for_status()
-                        self.model = r.json()["data"][0]["id"]
+                        status, data = await self._get(f"{w.base_url}/models", 10)
+                        if status != 200:
+                            raise ValueError(f"GET /models answered {status}")
+                        self.model = data["data"][0]["id"]
                     break
-                except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError) as exc:
                     errors.append(f"{w.base_url}: {type(exc).__name__}: {exc}")
                     w.healthy = False
             else:
@@ -130,13 +150,11 @@ class HTTPUpstream:
             self._started = True
 
     async def _detect_kind(self, w: Worker) -> Kind:
-        r = await self._client.get(f"{w.root}/version", timeout=10)
-        if r.status_code == 200 and "version" in r.text:
+        status, data = await self._get(f"{w.root}/version", 10)
+        if status == 200 and isinstance(data, dict) and "version" in data:
             return "vllm"
-        r = await self._client.get(f"{w.root}/get_model_info", timeout=10)
-        if r.status_code == 200:
-            return "sglang"
-        return "openai"
+        status, _ = await self._get(f"{w.root}/get_model_info", 10)
+        return "sglang" if status == 200 else "openai"
 
     async def _health_loop(self) -> None:
         while True:
@@ -147,9 +165,9 @@ class HTTPUpstream:
         """Probe one worker (``/health`` of vLLM/SGLang, ``/v1/models`` elsewhere); update its state."""
         url = f"{w.root}/health" if self.kind in ("vllm", "sglang") else f"{w.base_url}/models"
         try:
-            ok = (await self._client.get(url, timeout=5)).status_code == 200
+            ok = (await self._get(url, 5))[0] == 200
             w.last_error = None if ok else f"health check {url} answered non-200"
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             ok, w.last_error = False, f"{type(exc).__name__}: {exc}"
         if ok != w.healthy:
             logger.warning("upstream worker %s is now %s", w.base_url, "healthy" if ok else "unhealthy")
@@ -178,7 +196,7 @@ class HTTPUpstream:
     # ------------------------------------------------------------------ calls
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
         await self.start()
-        body = self.request_body(request)
+        payload = json.dumps(self.request_body(request)).encode()
         path = "/chat/completions" if request.endpoint == "chat.completions" else "/completions"
         tried: set[str] = set()
         last = "no worker tried"
@@ -189,7 +207,9 @@ class HTTPUpstream:
             tried.add(w.base_url)
             w.inflight += 1
             try:
-                resp = await self._client.post(w.base_url + path, json=body)
+                async with self._http().post(w.base_url + path, data=payload,
+                                             headers={"Content-Type": "application/json"}) as resp:
+                    status, raw = resp.status, await resp.read()
             except _RETRYABLE as exc:
                 w.healthy, w.failures = False, w.failures + 1
                 last = w.last_error = f"{w.base_url}: {type(exc).__name__}: {exc}"
@@ -197,14 +217,18 @@ class HTTPUpstream:
                 continue
             finally:
                 w.inflight -= 1
-            if resp.status_code >= 500:
+            if status >= 500:
                 w.failures += 1
-                last = f"{w.base_url} answered {resp.status_code}: {resp.text[:500]}"
+                last = f"{w.base_url} answered {status}: {raw[:500].decode(errors='replace')}"
                 continue
-            if resp.status_code >= 400:
-                raise UpstreamError(resp.status_code, f"the upstream refused the request: {_error_text(resp)}")
+            if status >= 400:
+                raise UpstreamError(status, f"the upstream refused the request: {_error_text(raw)}")
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                raise UpstreamError(502, f"the upstream reply is not JSON: {raw[:200]!r}") from exc
             w.served += 1
-            return self.parse_response(resp.json(), request, upstream=w.base_url)
+            return self.parse_response(data, request, upstream=w.base_url)
         raise UpstreamError(502, f"no upstream worker could serve the request ({last})")
 
     def request_body(self, request: UpstreamRequest) -> dict[str, Any]:
@@ -279,7 +303,8 @@ class HTTPUpstream:
     async def aclose(self) -> None:
         if self._health_task is not None:
             self._health_task.cancel()
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
 
 def _token_ids_and_logprobs(
@@ -304,9 +329,10 @@ def _token_ids_and_logprobs(
     return (list(ids) if ids is not None else None), lps, strings
 
 
-def _error_text(resp: httpx.Response) -> str:
+def _error_text(raw: bytes) -> str:
     try:
-        err = resp.json().get("error") or resp.json()
+        data = json.loads(raw)
+        err = data.get("error") or data if isinstance(data, dict) else data
         return str(err.get("message", err)) if isinstance(err, dict) else str(err)
     except ValueError:
-        return resp.text[:500]
+        return raw[:500].decode(errors="replace")

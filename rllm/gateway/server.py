@@ -34,7 +34,7 @@ class GatewayServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="auto",
                                                      timeout_keep_alive=60, backlog=4096))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         daemon=True, name="rllm-gateway")
@@ -82,11 +82,12 @@ def serve(
     device: str = "auto",
     dtype: str = "auto",
     max_batch_rows: int = 64,
+    fsync: bool = False,
 ) -> None:
     """Blocking: serve ``model`` (from the local engine, or from ``upstreams``) until interrupted."""
     from rllm.gateway.app import create_app
 
-    store = TraceStore(store_path)
+    store = TraceStore(store_path, fsync=fsync)
     if upstreams:
         from rllm.gateway.http_upstream import HTTPUpstream
 
