@@ -325,7 +325,8 @@ def _parse(body: bytes, model: type[BaseModel]) -> Any:
     try:
         # Strict UTF-8 (no encoded surrogates) and no NaN/Infinity: what is stored must read back as JSON.
         data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-        json.dumps(data, ensure_ascii=False).encode("utf-8")  # escaped lone surrogates ("\ud800") fail here
+        if b"\\u" in body:  # only an escaped lone surrogate ("\ud800") can fail to re-encode as UTF-8
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
     except (ValueError, UnicodeError) as exc:
         raise OpenAIError(400, f"the request body is not valid JSON: {_printable(exc)}") from exc
     except RecursionError as exc:

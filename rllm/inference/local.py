@@ -1,8 +1,8 @@
 """The local inference engine: batched sampling from a Hugging Face causal LM with a KV cache.
 
-Concurrent ``generate`` calls (hundreds of in-flight episodes) are queued and a single worker runs
-them together: every pending row joins the next batch, the batch is prefilled once (left-padded), then
-decoded step by step with a shared KV cache; rows that finish are pruned from the cache so the batch
+Concurrent ``generate`` calls (hundreds of in-flight episodes, from any event loop) are queued and one
+decode thread runs them together: every pending row joins the next batch, the batch is prefilled once
+(left-padded), then decoded step by step with a shared KV cache; rows that finish are pruned from the cache so the batch
 shrinks instead of computing padding. Requests that arrive while a batch runs join the next one.
 
 The engine owns its own copy of the weights (bf16 where the hardware supports it). After each optimizer
@@ -105,8 +105,8 @@ class LocalEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._seed_rng = torch.Generator().manual_seed(seed)
         self._pending: list[_Row] = []
-        self._wakeup: asyncio.Event | None = None
-        self._worker: asyncio.Task | None = None
+        self._cond = threading.Condition()  # guards _pending and _thread
+        self._thread: threading.Thread | None = None
         self._weights_lock = threading.Lock()
         self.stats = {"batches": 0, "rows": 0, "generated_tokens": 0, "decode_s": 0.0}
 
@@ -140,7 +140,8 @@ class LocalEngine:
             else:
                 gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._seed_rng)))
             rows.append(_Row(list(prompt_ids), params, gen, loop.create_future(), loop))
-        self._pending.extend(rows)
+        with self._cond:
+            self._pending.extend(rows)
         self._ensure_worker()
         await asyncio.gather(*(r.done for r in rows))
         return [
@@ -172,49 +173,53 @@ class LocalEngine:
 
     # ------------------------------------------------------------------ worker
     def _ensure_worker(self) -> None:
-        if self._wakeup is None or self._worker is None or self._worker.done():
-            self._wakeup = asyncio.Event()
-            self._worker = asyncio.get_running_loop().create_task(self._run_worker())
-        self._wakeup.set()
+        """Wake the decode thread (starting it if it is not running) to take the pending rows."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._worker_main, name="rllm-engine", daemon=True)
+                self._thread.start()
+            self._cond.notify()
 
-    async def _run_worker(self) -> None:
-        assert self._wakeup is not None
+    def _worker_main(self) -> None:
+        """The decode thread: takes pending rows in batches, decodes them, and resolves each row's future on
+        the event loop that awaits it. A thread, not an asyncio task, so callers on several loops (the
+        trainer's per-step loops, an embedded gateway's thread) share one engine; it exits after 5 s idle."""
         while True:
-            if not self._pending:
-                self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), timeout=5.0)
-                except asyncio.TimeoutError:
-                    if not self._pending:
+            with self._cond:
+                while not self._pending:
+                    if not self._cond.wait(timeout=5.0) and not self._pending:
+                        self._thread = None  # under the lock: a caller that appends now starts a new thread
                         return
+            # Rows submitted together (an asyncio.gather of episodes, or HTTP calls a few ms apart) arrive
+            # over a short while: wait until none has arrived for a window, so they share one batch.
+            window = max(self.batch_wait_s, 0.0005)
+            for _ in range(20):  # at most 20 windows, so a steady trickle cannot starve the batch
+                seen = len(self._pending)
+                if seen >= self.max_batch_rows:
+                    break
+                time.sleep(window)
+                if len(self._pending) == seen:
+                    break
+            batch = self._take_batch()
+            if not batch:
                 continue
-            # Let the rows of requests submitted in the same event-loop tick join this batch.
-            await asyncio.sleep(0)
-            if self.batch_wait_s > 0:
-                for _ in range(20):  # at most 20 windows, so a steady trickle cannot starve the batch
-                    seen = len(self._pending)
-                    if seen >= self.max_batch_rows:
-                        break
-                    await asyncio.sleep(self.batch_wait_s)
-                    if len(self._pending) == seen:
-                        break
+            try:
+                self._run_batch(batch)
+            except Exception as exc:  # a failed batch fails its requests, never the engine
+                logger.exception("generation batch failed")
+                for r in batch:
+                    _resolve(r, exc)
+                continue
+            for r in batch:
+                _resolve(r, None)
+
+    def _take_batch(self) -> list[_Row]:
+        with self._cond:
             # A request cancelled while it waited (its episode timed out) is not worth decoding.
             self._pending = [r for r in self._pending if not r.done.done()]
             batch = self._pending[: self.max_batch_rows]
             self._pending = self._pending[self.max_batch_rows :]
-            if not batch:
-                continue
-            try:
-                await asyncio.to_thread(self._run_batch, batch)
-            except Exception as exc:  # a failed batch fails its requests, never the worker
-                logger.exception("generation batch failed")
-                for r in batch:
-                    if not r.done.done():
-                        r.done.set_exception(exc)
-                continue
-            for r in batch:
-                if not r.done.done():
-                    r.done.set_result(None)
+        return batch
 
     @torch.inference_mode()
     def _run_batch(self, rows: list[_Row]) -> None:
@@ -287,6 +292,22 @@ class LocalEngine:
             return False
         r.text = text[: min(hits)]
         return True
+
+
+def _resolve(row: _Row, exc: BaseException | None) -> None:
+    """Finish a row's future on the loop that awaits it (from the decode thread)."""
+
+    def finish() -> None:
+        if not row.done.done():
+            if exc is None:
+                row.done.set_result(None)
+            else:
+                row.done.set_exception(exc)
+
+    try:
+        row.loop.call_soon_threadsafe(finish)
+    except RuntimeError:  # its loop has closed: nobody is waiting any more
+        pass
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: Any) -> list[int]:
