@@ -6,7 +6,8 @@ server answering in vLLM's token-id dialect in microseconds, so the proxies, not
 - ``direct``: the client calls the fake upstream itself;
 - ``rllm-gateway``: ``rllm gateway --upstream-kind vllm`` in front of it, each client worker on its own
   session URL ``/sessions/{id}/v1/chat/completions``; every call asks the upstream for token ids and
-  logprobs and is written durably (SQLite, fsync) to the trace store before the reply goes out;
+  logprobs and is committed to the SQLite trace store (WAL; with ``--gateway-fsync`` also fsynced) before
+  the reply goes out;
 - ``litellm``: the LiteLLM proxy (its own venv ``.venv-bench-litellm``, one worker, no database, telemetry
   off), with ``openai/<model>`` routed to the fake upstream.
 
@@ -22,10 +23,15 @@ exactly one trace per request answered through it.
     .venv/bin/python benchmarks/bench_gateway.py --duration 3 --concurrency 1,64 --skip-litellm
     .venv/bin/python benchmarks/bench_gateway.py --json /tmp/gateway-bench.json
 
-LiteLLM setup (never into .venv: it pins its own versions of shared packages):
+LiteLLM setup (never into .venv: it pins its own versions of shared packages; httptools so that its uvicorn
+parses HTTP as fast as the gateway's does):
 
     python3 -m venv .venv-bench-litellm
-    .venv-bench-litellm/bin/pip install -c <(echo torch==2.13.0) 'litellm[proxy]'
+    .venv-bench-litellm/bin/pip install -c <(echo torch==2.13.0) 'litellm[proxy]' httptools
+
+Without it, or with ``--skip-litellm``, the other two paths still run and the output says why LiteLLM is
+missing. ``--gateway-fsync`` runs the gateway with ``--fsync`` (each trace survives power loss, not only a
+killed gateway); ``--store-dir /dev/shm`` puts the trace store on tmpfs.
 """
 
 from __future__ import annotations
@@ -371,12 +377,15 @@ def start_litellm(servers: Servers, upstream_port: int) -> tuple[int | None, str
     if not exe.is_file():
         return None, (f"not installed: {exe} is missing (python3 -m venv {LITELLM_VENV.name} && "
                       f"{LITELLM_VENV.name}/bin/pip install 'litellm[proxy]')")
+    # uvicorn serves it with httptools when that is installed (as for the gateway), else with the slower h11.
+    probe = ("import importlib.metadata as m, importlib.util as u; "
+             "print(m.version('litellm'), 'httptools' if u.find_spec('httptools') else 'h11')")
     try:
-        version = subprocess.run([str(LITELLM_VENV / "bin" / "python"), "-c",
-                                  "import importlib.metadata as m; print(m.version('litellm'))"],
-                                 capture_output=True, text=True, timeout=60, check=True).stdout.strip()
-    except (subprocess.SubprocessError, OSError) as exc:
-        return None, f"its venv is broken: {exc}"
+        version, parser = subprocess.run([str(LITELLM_VENV / "bin" / "python"), "-c", probe], capture_output=True,
+                                         text=True, timeout=60, check=True).stdout.split()
+    except (subprocess.SubprocessError, OSError, ValueError) as exc:
+        return None, f"its venv {LITELLM_VENV} is broken: {exc}"
+    version = f"{version} (uvicorn with {parser})"
     config = servers.tmp / "litellm.yaml"
     config.write_text(
         "model_list:\n"
@@ -450,7 +459,7 @@ def count_traces(db: Path) -> tuple[int, int]:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for pkg in ("rllm", "uvicorn", "starlette", "httpx", "uvloop", "httptools"):
+    for pkg in ("rllm", "uvicorn", "starlette", "aiohttp", "uvloop", "httptools"):
         try:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
@@ -472,14 +481,27 @@ def fmt(x: float, digits: int = 2) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _target_cell(name: str, r: dict[str, Any], points: dict[str, Any]) -> str:
+    """The gateway row's verdicts: added p50 <= 1 ms, and >= 3x LiteLLM's req/s at this concurrency."""
+    if name != "rllm-gateway":
+        return "-"
+    out = []
+    if "direct" in points:
+        added = r["p50_ms"] - points["direct"]["p50_ms"]
+        out.append(f"p50 +{added:.2f} ms {'PASS' if added <= TARGET_ADDED_P50_MS else 'FAIL'}")
+    if "litellm" in points and points["litellm"]["requests_per_s"] > 0:
+        ratio = r["requests_per_s"] / points["litellm"]["requests_per_s"]
+        out.append(f"{ratio:.2f}x LiteLLM {'PASS' if ratio >= TARGET_THROUGHPUT_VS_LITELLM else 'FAIL'}")
+    return "; ".join(out)
+
+
 def report(results: dict[str, Any]) -> str:
     lines = []
-    paths = results["paths"]
     for c in results["concurrency"]:
         points = results["points"][str(c)]
         direct = points.get("direct")
         rows = []
-        for name in paths:
+        for name in results["paths"]:
             r = points.get(name)
             if r is None:
                 continue
@@ -491,10 +513,10 @@ def report(results: dict[str, Any]) -> str:
                          fmt(add99), fmt(r["cpu_ms_per_request"][proxy], 3) if proxy else "-",
                          f"{cpu['loadgen'] * 100:.0f} / {cpu['upstream'] * 100:.0f} / "
                          + (f"{cpu[proxy] * 100:.0f}" if proxy else "-"),
-                         str(r["errors_total"])])
+                         str(r["errors_total"]), _target_cell(name, r, points)])
         lines += [f"\n**{c} concurrent session(s)**\n", markdown_table(
             ["path", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "proxy CPU ms/req",
-             "CPU % loadgen / upstream / proxy", "errors"], rows)]
+             "CPU % loadgen / upstream / proxy", "errors", "targets (p50 +<=1 ms; >=3x LiteLLM)"], rows)]
     return "\n".join(lines)
 
 
@@ -516,7 +538,7 @@ def targets(results: dict[str, Any]) -> list[str]:
                    f"{ratio:.2f}x (target >= {TARGET_THROUGHPUT_VS_LITELLM:g}x): {ok}")
         for c in cs:
             gw, ll = points[str(c)].get("rllm-gateway"), points[str(c)].get("litellm")
-            if gw and ll:
+            if gw and ll and ll["requests_per_s"] > 0:
                 out.append(f"  - at {c}: {gw['requests_per_s'] / ll['requests_per_s']:.2f}x")
     else:
         out.append(f"- throughput vs litellm: not measured (litellm missing: {results['litellm']})")
@@ -541,7 +563,8 @@ def orchestrate(args: argparse.Namespace) -> int:
         results["commit_ms"] = commit_latency_ms(store_dir)
         gw = servers.start("gateway", [str(Path(sys.executable).parent / "rllm"), "gateway", "--model", MODEL,
                                        "--port", str(gw_port), "--upstream", f"http://127.0.0.1:{up_port}/v1",
-                                       "--upstream-kind", "vllm", "--store", str(db)])
+                                       "--upstream-kind", "vllm", "--store", str(db),
+                                       *(["--fsync"] if args.gateway_fsync else [])])
         try:
             wait_http(f"http://127.0.0.1:{gw_port}/health", gw, timeout_s=120)
         except RuntimeError as exc:
@@ -587,14 +610,16 @@ def orchestrate(args: argparse.Namespace) -> int:
     print(f"\n**Gateway overhead: closed-loop chat completions against a FAKE upstream "
           f"({COMPLETION_TOKENS} completion tokens), {args.warmup:g} s warm-up + {args.duration:g} s per point**")
     print(f"machine: {results['cpu']}, {results['cores']} logical CPUs; python {v['python']}, rllm {v['rllm']}, "
-          f"uvicorn {v['uvicorn']}, starlette {v['starlette']}, httpx {v['httpx']}, uvloop {v['uvloop']}; "
+          f"uvicorn {v['uvicorn']}, starlette {v['starlette']}, aiohttp {v.get('aiohttp', '?')}, uvloop {v['uvloop']}; "
           f"litellm: {results['litellm']}; load average {results['load_average_start']:.2f} at start, "
           f"{results['load_average_end']:.2f} at end")
     print(f"note: load generator, fake upstream and proxy share these {results['cores']} cores (CPU % below is "
           "of one core); added latency = path percentile minus direct percentile at the same concurrency; "
-          "the gateway asks the upstream for token ids + logprobs and fsyncs each trace before replying")
+          "the gateway asks the upstream for token ids + logprobs and commits each trace before replying"
+          + (" (fsynced)" if args.gateway_fsync else ""))
     print(f"trace store: {results['store']}; one SQLite WAL commit with synchronous=FULL there takes "
-          f"{results['commit_ms']:.2f} ms (median of 50), a floor under the gateway's added latency")
+          f"{results['commit_ms']:.2f} ms (median of 50): the floor under the gateway's added latency with "
+          "--gateway-fsync")
     print(report(results))
     print("\ntargets:")
     print("\n".join(targets(results)))
@@ -615,6 +640,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--concurrency", default="1,64,256", help="comma-separated concurrent sessions (default: 1,64,256)")
     p.add_argument("--skip-litellm", action="store_true", help="measure direct and rllm-gateway only")
     p.add_argument("--json", metavar="PATH", help="also write every number to PATH")
+    p.add_argument("--gateway-fsync", action="store_true", help="run the gateway with --fsync (power-loss durable)")
     p.add_argument("--store-dir", metavar="DIR", help="where the gateway's trace store goes (default: the temp "
                    "dir); e.g. /dev/shm to see the gateway without the cost of fsync")
     # internal: the child processes this script spawns
