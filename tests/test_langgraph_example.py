@@ -65,7 +65,10 @@ class ScriptedTurnsEngine:
                            finish_reason="stop", weight_version=1)]
 
 
-def _run_scripted(example: ModuleType, tokenizer: Any, replies: list[str], db: Path) -> tuple[Any, ScriptedTurnsEngine, list]:
+def _run_scripted(
+    example: ModuleType, tokenizer: Any, replies: list[str], db: Path
+) -> tuple[Any, ScriptedTurnsEngine, list]:
+    """Run the example's flow and evaluator on TASK, the fake engine replying ``replies`` in turn."""
     engine = ScriptedTurnsEngine(tokenizer, replies)
     with TraceStore(db) as store, GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
         workflow = GatewayWorkflow(example.calculator_agent, example.grade, gateway_url=srv.url, model="tiny")
@@ -120,8 +123,9 @@ def test_call_the_template_rewrites_is_split_and_counted(example: ModuleType, ti
     assert all(m == 1 for m in first.response_mask + second.response_mask) and second.info["drift_at"]
 
 
-def test_model_that_never_calls_the_tool_gets_an_answer_and_no_reward(example: ModuleType, tiny_model_dir: Path,
-                                                                      tmp_path: Path) -> None:
+def test_model_that_never_calls_the_tool_gets_an_answer_and_no_reward(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     episode, engine, _ = _run_scripted(example, tokenizer, ["It is 1000."], tmp_path / "t.db")
     assert not episode.failed, episode.error
@@ -129,7 +133,9 @@ def test_model_that_never_calls_the_tool_gets_an_answer_and_no_reward(example: M
     assert episode.reward == 0.0 and episode.metrics["signal/tool_calls"] == 0
 
 
-def test_agent_stops_after_its_last_model_turn(example: ModuleType, tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_agent_stops_after_its_last_model_turn(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     """A model that keeps calling the tool is cut off after three model turns, without an answer."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     episode, engine, _ = _run_scripted(example, tokenizer, [CANONICAL_CALL] * 4, tmp_path / "t.db")
@@ -157,11 +163,14 @@ def test_calculator_evaluates_arithmetic_only(example: ModuleType) -> None:
         assert calculate.invoke({"expression": bad}).startswith("error:")
 
 
-def test_example_trains_two_steps_on_the_tiny_model(example: ModuleType, tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_example_trains_two_steps_on_the_tiny_model(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     """The example's main() end to end on a tiny random model: it writes garbage and never calls the tool,
     so there is no reward signal, but rollouts, scoring, eval and logging run through LangGraph."""
     result = example.main([
-        f"model.path={tiny_model_dir}", f"trainer.run_dir={tmp_path}", "trainer.steps=2", "trainer.plot=false",
+        f"model.path={tiny_model_dir}", f"trainer.run_dir={tmp_path}",
+        "trainer.steps=2", "trainer.plot=false",
         "lora.enabled=false", "backend.device=cpu", "backend.autocast=none", "inference.dtype=float32",
         "rollout.batch_size=2", "rollout.group_size=2", "rollout.max_tokens=8", "eval.max_tokens=8",
         "data.train_size=8", "data.test_size=2",

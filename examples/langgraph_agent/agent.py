@@ -18,7 +18,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -29,6 +29,24 @@ SYSTEM_PROMPT = (
     "You are a careful math assistant. Do not compute products in your head: call the calculate tool "
     "with the expression, then reply with only the final number."
 )
+
+
+def _worked_example(question: str, expression: str, result: str, call_id: str) -> list[BaseMessage]:
+    return [
+        HumanMessage(question),
+        AIMessage("", tool_calls=[{"name": "calculate", "args": {"expression": expression}, "id": call_id}]),
+        ToolMessage(result, tool_call_id=call_id),
+        AIMessage(result),
+    ]
+
+
+# Two worked examples, as chat messages, before the question: a small model copies their shape (call the
+# tool, then answer with its result). Being structured messages, they are rendered in whatever
+# tool-call format the server uses.
+EXAMPLE_TURNS: list[BaseMessage] = [
+    *_worked_example("What is 12 * 34?", "12 * 34", "408", "call_example_1"),
+    *_worked_example("Multiply 507 by 86.", "507 * 86", "43602", "call_example_2"),
+]
 
 _OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -69,15 +87,20 @@ def calculate(expression: str) -> str:
 
 
 def build_agent(
-    base_url: str, api_key: str, model: str, *, max_tokens: int = 96, max_model_calls: int = 3
+    base_url: str, api_key: str, model: str, *, max_tokens: int = 96, max_model_calls: int = 3,
+    http_async_client: Any | None = None,
 ) -> CompiledStateGraph:
-    """The ReAct graph: `model` → (`tools` → `model`)* → end, with at most `max_model_calls` model turns."""
+    """The ReAct graph: `model` → (`tools` → `model`)* → end, at most `max_model_calls` model turns.
+
+    `http_async_client` is passed to `ChatOpenAI` (by default LangChain keeps one client per base URL).
+    """
     llm = ChatOpenAI(base_url=base_url, api_key=api_key, model=model, max_tokens=max_tokens,
-                     temperature=0.7, max_retries=1, timeout=300)
+                     temperature=0.7, max_retries=1, timeout=300, http_async_client=http_async_client)
     llm_with_tools = llm.bind_tools([calculate])
 
     async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
-        reply = await llm_with_tools.ainvoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])
+        prompt = [SystemMessage(SYSTEM_PROMPT), *EXAMPLE_TURNS, *state["messages"]]
+        reply = await llm_with_tools.ainvoke(prompt)
         return {"messages": [reply]}
 
     def route(state: MessagesState) -> str:
@@ -112,5 +135,6 @@ async def solve(agent: CompiledStateGraph, question: str, *, recursion_limit: in
     `recursion_limit` bounds the graph's steps (each model or tool node is one); the routing already
     stops after `max_model_calls` model turns, so this is only a backstop.
     """
-    state = await agent.ainvoke({"messages": [HumanMessage(question)]}, config={"recursion_limit": recursion_limit})
+    state = await agent.ainvoke({"messages": [HumanMessage(question)]},
+                                config={"recursion_limit": recursion_limit})
     return final_answer(state["messages"])

@@ -34,7 +34,7 @@ def grade(task: dict, episode: rllm.Episode) -> rllm.EvalResult:
 
 def main(overrides: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for name in ("httpx", "transformers"):
+    for name in ("httpx", "httpx2", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
     config = rllm.load_config(rllm.TrainConfig, None, ["trainer.name=openai-agent", *overrides])
     result = rllm.AgentTrainer(config, workflow=larger_agent, evaluator=grade).train()

@@ -29,7 +29,7 @@ from rllm.cli.train_cmd import add_train_parser
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 # Libraries that log routine chatter at INFO (HTTP requests, file locks, adapter setup): warnings only.
-NOISY_LOGGERS = ("transformers", "httpx", "urllib3", "peft", "filelock", "huggingface_hub")
+NOISY_LOGGERS = ("transformers", "httpx", "httpx2", "urllib3", "peft", "filelock", "huggingface_hub")
 
 
 def build_parser() -> argparse.ArgumentParser:

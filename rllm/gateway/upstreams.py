@@ -113,6 +113,9 @@ class LocalUpstream:
         self.context_length: int | None = getattr(config, "max_position_embeddings", None)
 
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
+        if request.tool_choice not in (None, "none", "auto"):
+            raise UpstreamError(400, f"tool_choice {request.tool_choice!r} would force a tool call, which the local "
+                                     "engine cannot do (it samples freely): send tool_choice 'auto' or 'none'")
         if request.endpoint == "chat.completions":
             assert request.messages is not None
             try:

@@ -231,6 +231,9 @@ class AgentTrainer:
             "eval/response_len": float(np.mean([len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps] or [0])),
             "eval/time_s": time.perf_counter() - t0,
         }
+        # What evaluators report per episode (signal/tool_calls, ...), averaged over the held-out set.
+        for key in sorted({k for e in episodes for k in e.metrics if k.startswith("signal/")}):
+            out[f"eval/{key}"] = float(np.mean([e.metrics[key] for e in episodes if key in e.metrics]))
         logger.info("eval at step %d: accuracy %.3f on %d held-out tasks", step, out["eval/accuracy"], len(episodes))
         return out
 
