@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rllm.gateway.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
 from rllm.gateway.responses import completion_body, stream_chunks
-from rllm.gateway.traces import SessionInfo, Trace, TraceQuery, TraceStore
+from rllm.gateway.traces import OVERRIDABLE_SAMPLING, SessionInfo, Trace, TraceQuery, TraceStore
 from rllm.gateway.upstreams import LocalUpstream, Upstream, UpstreamError, UpstreamRequest
 from rllm.inference.base import SamplingParams
 
@@ -51,8 +51,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_SESSION = "default"
 # '.' and '..' are excluded: HTTP clients resolve them away as dot segments of the URL.
 SESSION_ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._:~@+=-]{1,256}$")
-# Session sampling overrides may set these SamplingParams fields (n stays the client's choice).
-_OVERRIDABLE = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "ignore_eos")
 _SESSION_ID_RULE = "a session id is 1-256 characters of letters, digits and . _ : ~ @ + = - (not '.' or '..')"
 # A seeded session gives its k-th call the seed ``seed + k * _SEED_STRIDE`` (distinct, reproducible).
 _SEED_STRIDE = 7919
@@ -289,9 +287,9 @@ def _session_id(request: Request) -> str:
 
 
 def _check_overrides(sampling: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(sampling) - set(_OVERRIDABLE))
+    unknown = sorted(set(sampling) - set(OVERRIDABLE_SAMPLING))
     if unknown:
-        raise OpenAIError(400, f"sampling overrides may set {', '.join(_OVERRIDABLE)}; not {', '.join(unknown)}",
+        raise OpenAIError(400, f"sampling overrides may set {', '.join(OVERRIDABLE_SAMPLING)}; not {', '.join(unknown)}",
                           param="sampling")
     try:
         SamplingParams.model_validate(sampling)

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from rllm.gateway.upstreams import UpstreamChoice, UpstreamResult, finite_logprob
+from rllm.gateway.traces import finite_logprob
+from rllm.gateway.upstreams import UpstreamChoice, UpstreamResult
 
 _PIECES = re.compile(r"\s*\S+\s*|\s+")
 

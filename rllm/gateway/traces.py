@@ -116,8 +116,18 @@ class Trace(BaseModel):
         """JSON-safe form for the HTTP API: ``-inf`` logprobs (a token the filter had ruled out) become
         ``-9999.0`` (vLLM's convention), since JSON has no infinities."""
         data = self.model_dump()
-        data["logprobs"] = [lp if math.isfinite(lp) else -9999.0 for lp in self.logprobs]
+        data["logprobs"] = [finite_logprob(lp) for lp in self.logprobs]
         return data
+
+
+def finite_logprob(lp: float) -> float:
+    """JSON has no infinities: ``-inf`` (a token the sampling filter had excluded) becomes -9999.0, as in
+    vLLM's API."""
+    return lp if math.isfinite(lp) else -9999.0
+
+
+# The SamplingParams fields a session may override for every call made in it (``n`` stays the client's).
+OVERRIDABLE_SAMPLING = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "ignore_eos")
 
 
 class SessionInfo(BaseModel):

@@ -10,7 +10,6 @@ OpenAI-compatible server) live in :mod:`rllm.gateway.http_upstream`.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,7 +51,6 @@ class UpstreamChoice(BaseModel):
     completion_ids: list[int] = Field(default_factory=list)
     logprobs: list[float] = Field(default_factory=list)
     token_strings: list[str] | None = None  # one per completion token, for the client's logprobs reply
-    tool_call_errors: list[str] = Field(default_factory=list)
 
 
 class UpstreamResult(BaseModel):
@@ -109,6 +107,7 @@ class LocalUpstream:
         self.name = "local"
         self.renderer = ChatRenderer(engine.tokenizer, tool_format=tool_format)
         self.tool_parser = get_tool_parser(tool_format)
+        self.vocab_size = len(engine.tokenizer)  # len() of an HF tokenizer recounts added tokens: once, here
         config = getattr(getattr(engine, "model", None), "config", None)
         self.context_length: int | None = getattr(config, "max_position_embeddings", None)
 
@@ -131,7 +130,7 @@ class LocalUpstream:
             prompt_ids = list(request.prompt or [])
         if not prompt_ids:
             raise UpstreamError(400, "the prompt renders to no tokens")
-        vocab = len(self.engine.tokenizer)
+        vocab = self.vocab_size
         if any(not 0 <= t < vocab for t in prompt_ids):
             raise UpstreamError(400, f"prompt token ids must lie in [0, {vocab}) for this model")
         context = self.context_length
@@ -153,7 +152,6 @@ class LocalUpstream:
             )
             if parse:
                 parsed = self.tool_parser.parse(c.text)
-                choice.tool_call_errors = list(parsed.errors)
                 if parsed.tool_calls and not parsed.errors:
                     choice.text = parsed.content or ""
                     choice.tool_calls = [
@@ -171,9 +169,3 @@ class LocalUpstream:
 
     async def aclose(self) -> None:
         return None
-
-
-def finite_logprob(lp: float) -> float:
-    """JSON has no infinities: ``-inf`` (a token the sampling filter had excluded) becomes -9999.0, as in
-    vLLM's API."""
-    return lp if math.isfinite(lp) else -9999.0

@@ -2,8 +2,9 @@
 
 Concurrent ``generate`` calls (hundreds of in-flight episodes, from any event loop) are queued and one
 decode thread runs them together: every pending row joins the next batch, the batch is prefilled once
-(left-padded), then decoded step by step with a shared KV cache; rows that finish are pruned from the cache so the batch
-shrinks instead of computing padding. Requests that arrive while a batch runs join the next one.
+(left-padded), then decoded step by step with a shared KV cache; rows that finish are pruned from the
+cache so the batch shrinks instead of computing padding. Requests that arrive while a batch runs join the
+next one.
 
 The engine owns its own copy of the weights (bf16 where the hardware supports it). After each optimizer
 step the trainer calls :meth:`LocalEngine.load_weights`, which bumps ``weight_version``; every

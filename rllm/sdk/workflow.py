@@ -18,7 +18,7 @@ import httpx
 
 from rllm.engine.assembly import traces_to_trajectories
 from rllm.engine.context import Outcome, RolloutContext
-from rllm.gateway.traces import SessionInfo, Trace, TraceQuery, TraceStore
+from rllm.gateway.traces import OVERRIDABLE_SAMPLING, SessionInfo, Trace, TraceQuery, TraceStore
 from rllm.sdk.decorators import (
     AgentConfig,
     EvalResult,
@@ -84,7 +84,7 @@ class GatewayWorkflow:
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         session_id = ctx.episode_id
         sampling = {k: v for k, v in ctx.sampling.model_dump().items()
-                    if k in ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed") and v not in (None, [])}
+                    if k in OVERRIDABLE_SAMPLING and v not in (None, [])}
         await self.open_session(session_id, sampling, {"task_id": ctx.task_id})
         config = AgentConfig(
             base_url=f"{self.gateway_url}/sessions/{session_id}/v1", model=self.model, session_id=session_id,
@@ -115,7 +115,7 @@ class GatewayWorkflow:
         """The traces of ``session_id`` and its role sub-sessions, in call order."""
         if self.store is not None:
             rows = await asyncio.to_thread(self.store.query, TraceQuery(session_prefix=session_id, limit=10_000))
-            return [t for _, t in rows if t.session_id == session_id or t.session_id.startswith(session_id + ":")]
+            return [t for _, t in rows if _in_episode(t, session_id)]
         traces, after = [], 0
         while True:
             r = await self._client().get("/traces", params={"session_prefix": session_id, "after_seq": after,
@@ -126,11 +126,16 @@ class GatewayWorkflow:
             for t in page:
                 t.pop("seq")
                 trace = Trace.model_validate(t)
-                if trace.session_id == session_id or trace.session_id.startswith(session_id + ":"):
+                if _in_episode(trace, session_id):
                     traces.append(trace)
             if len(page) < 1000:
                 return traces
             after = data["last_seq"]
+
+
+def _in_episode(trace: Trace, session_id: str) -> bool:
+    """The prefix query also matches ``{id}0...``: keep the session itself and its ``{id}:{role}`` ones."""
+    return trace.session_id == session_id or trace.session_id.startswith(session_id + ":")
 
 
 def _outcome(result: EvalResult, metrics: dict[str, float], output: Any) -> Outcome:
