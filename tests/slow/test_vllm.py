@@ -75,14 +75,15 @@ def test_captured_ids_are_vllms_and_decode_to_the_reply(vllm: VLLMServer, gatewa
             assert trace.completion_token_ids[-1] == 2  # the eos token is kept: the model learns to stop
     assert traces[0].prompt_token_ids == tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                                  return_dict=False)
-    # The same seeded call straight to vLLM: identical ids and logprobs.
+    # The same seeded call straight to vLLM: identical ids, and logprobs equal up to the float noise of vLLM's
+    # CPU kernels (a repeated call may land in a different batch or hit the prefix cache: seen up to 2e-6).
     direct = httpx.post(f"{vllm.base_url}/chat/completions", json={
         "model": "smollm2", "messages": messages, "n": 2, "max_tokens": 16, "seed": 7, "temperature": TEMPERATURE,
         "top_p": 1.0, "logprobs": True, "return_token_ids": True}, timeout=120).json()
     assert direct["prompt_token_ids"] == traces[0].prompt_token_ids
     for c, trace in zip(direct["choices"], traces):
         assert c["token_ids"] == trace.completion_token_ids
-        assert [e["logprob"] for e in c["logprobs"]["content"]] == pytest.approx(trace.logprobs)
+        assert [e["logprob"] for e in c["logprobs"]["content"]] == pytest.approx(trace.logprobs, abs=1e-4)
     # Text completions too.
     text = client.completions.create(model="policy", prompt="The capital of France is", max_tokens=8, seed=1)
     t = store.list("v1")[-1]
