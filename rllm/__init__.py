@@ -28,16 +28,35 @@ _EXPORTS: dict[str, str] = {
     "evaluator": "rllm.sdk.decorators",
     "AgentConfig": "rllm.sdk.decorators",
     "EvalResult": "rllm.sdk.decorators",
+    "Env": "rllm.envs.base",
+    "EnvStep": "rllm.envs.base",
+    "Agent": "rllm.agents.base",
+    "InvalidAction": "rllm.agents.base",
+    "Tool": "rllm.tools.tool",
+    "tool": "rllm.tools.tool",
+    "ToolRegistry": "rllm.tools.tool",
+    "MultiTurnWorkflow": "rllm.workflows.multi_turn",
+    "ToolAgentWorkflow": "rllm.workflows.tool_agent",
+    "SolverJudgeWorkflow": "rllm.workflows.solver_judge",
 }
 
 __all__ = [
+    "Agent",
     "AgentConfig",
     "AgentTrainer",
+    "Env",
+    "EnvStep",
     "Episode",
     "EvalResult",
+    "InvalidAction",
+    "MultiTurnWorkflow",
     "Outcome",
     "SamplingParams",
+    "SolverJudgeWorkflow",
     "Step",
+    "Tool",
+    "ToolAgentWorkflow",
+    "ToolRegistry",
     "TrainBatch",
     "TrainConfig",
     "TrainResult",
@@ -46,16 +65,23 @@ __all__ = [
     "evaluator",
     "load_config",
     "rollout",
+    "tool",
 ]
 
 if TYPE_CHECKING:
+    from rllm.agents.base import Agent, InvalidAction
     from rllm.engine.context import Outcome
+    from rllm.envs.base import Env, EnvStep
     from rllm.inference.base import SamplingParams
     from rllm.sdk.decorators import AgentConfig, EvalResult, evaluator, rollout
+    from rllm.tools.tool import Tool, ToolRegistry, tool
     from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
     from rllm.trainer.config import TrainConfig
     from rllm.types import Episode, Step, TrainBatch, Trajectory
     from rllm.utils.config import load_config
+    from rllm.workflows.multi_turn import MultiTurnWorkflow
+    from rllm.workflows.solver_judge import SolverJudgeWorkflow
+    from rllm.workflows.tool_agent import ToolAgentWorkflow
 
 
 def __getattr__(name: str) -> Any:

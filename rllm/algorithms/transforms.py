@@ -12,12 +12,14 @@ estimators compare its members' rewards. Groups live only between the rollout an
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from rllm.algorithms.advantages import get_advantage_estimator
-from rllm.types import Episode, TrainBatch, TrainSequence, Trajectory
+from rllm.types import Episode, Step, TrainBatch, TrainSequence, Trajectory
 
 # A group whose reward std is below this carries no learning signal for group-relative estimators.
 _ZERO_VARIANCE_STD = 1e-8
@@ -87,7 +89,7 @@ class FilterConfig:
 
 
 def filter_groups(
-    groups: list[TrajectoryGroup], cfg: FilterConfig
+    groups: list[TrajectoryGroup], cfg: FilterConfig, *, signal: Callable[[TrajectoryGroup], np.ndarray] | None = None,
 ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """Return new groups without the dropped members and groups, and counts of what was dropped.
 
@@ -101,7 +103,11 @@ def filter_groups(
     zero-variance groups would have made. Their advantage is 0, so they add nothing to the gradient, but
     a mean over the batch counts them: pass these to the loss normalisers (``TrainBatch.loss_norm_*``) and
     the filter saves compute without changing the update.
+
+    ``signal`` gives the values whose spread decides "zero variance" (default: ``group.rewards``); with
+    per-step credit pass ``step_returns`` so groups that differ only in how fast they won are kept.
     """
+    signal = signal or (lambda g: g.rewards)
     kept: list[TrajectoryGroup] = []
     failed_dropped = truncated_dropped = zero_variance = empty = 0
     zv_sequences = zv_tokens = 0
@@ -117,7 +123,7 @@ def filter_groups(
         filtered = TrajectoryGroup(group.task_id, group.trajectory_name, members)
         if not members:
             empty += 1
-        elif cfg.drop_zero_variance and filtered.rewards.std() < _ZERO_VARIANCE_STD:
+        elif cfg.drop_zero_variance and np.std(signal(filtered)) < _ZERO_VARIANCE_STD:
             zero_variance += 1
             for _, traj in members:
                 for step in traj.steps:
@@ -157,15 +163,42 @@ def _accepted_kwargs(fn: object, kwargs: dict[str, object]) -> dict[str, object]
     return {k: v for k, v in kwargs.items() if k in params}
 
 
+def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
+    """``G_t = r_t + gamma * G_{t+1}`` for each step of one trajectory (``G`` past the end is 0)."""
+    out, running = [0.0] * len(rewards), 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+def step_returns(group: TrajectoryGroup, gamma: float = 1.0) -> np.ndarray:
+    """The discounted return of every step of every member, members in order: per-step credit's values."""
+    values = [g for _, traj in group.members for g in discounted_returns([s.reward for s in traj.steps], gamma)]
+    return np.array(values, dtype=np.float64)
+
+
+Credit = Literal["trajectory", "per_step"]
+
+
 def compute_advantages(
-    groups: list[TrajectoryGroup], estimator: str | dict[str, str], **estimator_kwargs: object
+    groups: list[TrajectoryGroup], estimator: str | dict[str, str], *, credit: Credit = "trajectory",
+    gamma: float = 1.0, **estimator_kwargs: object,
 ) -> dict[str, float]:
     """Set ``step.advantage`` on every step of every member trajectory; return advantage metrics.
 
     ``estimator`` is an estimator name (see ``ADVANTAGE_ESTIMATORS``) or a mapping from trajectory name
     to estimator name, with key ``"default"`` as the fallback for roles not listed. All groups of one
     role go to their estimator in one call, so batch-level steps (reinforce_pp's whitening) span that
-    role's groups. A trajectory's scalar advantage is broadcast to all of its steps.
+    role's groups.
+
+    ``credit="trajectory"``: the estimator sees one reward per trajectory and the trajectory's scalar
+    advantage is broadcast to all of its steps. ``credit="per_step"``: every step gets its discounted
+    return ``G_t = r_t + gamma * G_{t+1}`` from the steps' own rewards (``step.reward``: an environment's
+    per-step rewards, or the outcome reward on the last step), and the estimator sees all steps of the
+    group as its members, so a step is compared with every step of the task's attempts (with GRPO:
+    ``A_t = (G_t - mean) / std`` over those steps). With ``gamma < 1`` a win reached in fewer turns earns
+    more, and early steps of a long episode less.
 
     ``estimator_kwargs`` go to each estimator that accepts them (e.g. ``norm_std`` only to grpo); a
     keyword no estimator in use accepts raises ValueError rather than being silently ignored.
@@ -191,14 +224,26 @@ def compute_advantages(
             "remove them or pick an estimator that takes them."
         )
 
+    if credit not in ("trajectory", "per_step"):
+        raise ValueError(f"credit must be 'trajectory' or 'per_step', not {credit!r}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
     all_advantages: list[np.ndarray] = []
     for fn, kwargs, role_groups in plans:
-        advantages_by_group = fn([g.rewards for g in role_groups], **kwargs)
-        for group, advantages_G in zip(role_groups, advantages_by_group):
-            for (_, traj), advantage in zip(group.members, advantages_G):
-                for step in traj.steps:
-                    step.advantage = float(advantage)
-            all_advantages.append(np.asarray(advantages_G, dtype=np.float64))
+        if credit == "trajectory":
+            advantages_by_group = fn([g.rewards for g in role_groups], **kwargs)
+            for group, advantages_G in zip(role_groups, advantages_by_group):
+                for (_, traj), advantage in zip(group.members, advantages_G):
+                    for step in traj.steps:
+                        step.advantage = float(advantage)
+                all_advantages.append(np.asarray(advantages_G, dtype=np.float64))
+            continue
+        advantages_by_group = fn([step_returns(g, gamma) for g in role_groups], **kwargs)
+        for group, advantages_S in zip(role_groups, advantages_by_group):
+            steps = [step for _, traj in group.members for step in traj.steps]
+            for step, advantage in zip(steps, advantages_S):
+                step.advantage = float(advantage)
+            all_advantages.append(np.asarray(advantages_S, dtype=np.float64))
 
     advantages_N = np.concatenate(all_advantages) if all_advantages else np.zeros(0)
     if advantages_N.size == 0:
@@ -211,20 +256,73 @@ def compute_advantages(
     }
 
 
-def build_train_batch(groups: list[TrajectoryGroup]) -> TrainBatch:
-    """One ``TrainSequence`` per step with a non-empty response, in group/member/step order.
+def _extends(step: Step, prev_tokens: list[int]) -> bool:
+    """Whether ``step``'s prompt is ``prev_tokens`` followed by at least one more token."""
+    n = len(prev_tokens)
+    return len(step.prompt_ids) > n and step.prompt_ids[:n] == prev_tokens
+
+
+def _merge_runs(steps: list[Step]) -> list[list[Step]]:
+    """Split a trajectory's steps into runs where each step's prompt extends the previous step's tokens."""
+    runs: list[list[Step]] = []
+    tokens: list[int] = []
+    for step in steps:
+        if runs and _extends(step, tokens):
+            runs[-1].append(step)
+            tokens = list(step.prompt_ids) + list(step.response_ids)
+        else:
+            runs.append([step])
+            tokens = list(step.prompt_ids) + list(step.response_ids)
+    return runs
+
+
+def _sequence(run: list[Step]) -> tuple[list[int], list[int], list[float], list[float]]:
+    """One training row from a run of steps: ids, loss mask, rollout logprobs, advantages.
+
+    The first step's prompt is the row's prompt; each later step adds the tokens its prompt has beyond
+    the row so far (the environment's reply, turn markers: mask 0) and then its own response.
+    """
+    ids: list[int] = []
+    mask: list[int] = []
+    lps: list[float] = []
+    advs: list[float] = []
+    for step in run:
+        new = step.prompt_ids[len(ids):]
+        ids += new
+        mask += [0] * len(new)
+        lps += [0.0] * len(new)
+        advs += [0.0] * len(new)
+        response_mask = step.response_mask or [1] * len(step.response_ids)
+        ids += step.response_ids
+        mask += response_mask
+        lps += [float(lp) for lp in step.logprobs]
+        advs += [step.advantage if m else 0.0 for m in response_mask]  # type: ignore[misc]
+    return ids, mask, lps, advs
+
+
+def build_train_batch(groups: list[TrajectoryGroup], *, merge: bool = True) -> TrainBatch:
+    """Training rows for the groups' steps, in group/member/step order.
+
+    One step alone becomes one row::
 
         input_ids        = prompt_ids + response_ids
         loss_mask        = [0] * len(prompt) + response_mask
         rollout_logprobs = [0.0] * len(prompt) + logprobs
         advantages       = [0.0] * len(prompt) + [step.advantage if mask else 0.0 for each response token]
 
+    With ``merge`` (default), consecutive steps of a trajectory whose prompt is exactly the previous
+    step's prompt + response + more tokens (a multi-turn conversation rendered token-faithfully) share one
+    row: the tokens in between (the environment's turn) have loss mask 0, and each step's response keeps
+    its own advantage. The gradient is the same as with one row per step; the shared history is computed
+    once. Steps with an empty response are skipped.
+
     Raises ValueError if a step has no advantage yet (call ``compute_advantages`` first).
     """
     sequences: list[TrainSequence] = []
-    skipped_empty = 0
+    skipped_empty = merged = 0
     for group in groups:
         for episode, traj in group.members:
+            steps = []
             for step in traj.steps:
                 if not step.response_ids:
                     skipped_empty += 1
@@ -234,18 +332,15 @@ def build_train_batch(groups: list[TrajectoryGroup]) -> TrainBatch:
                         f"A step of trajectory {traj.name!r} in episode {episode.id} has no advantage: "
                         "call compute_advantages(groups, ...) before build_train_batch."
                     )
-                n_prompt = len(step.prompt_ids)
-                response_mask = step.response_mask or [1] * len(step.response_ids)
+                steps.append(step)
+            for run in _merge_runs(steps) if merge else [[step] for step in steps]:
+                merged += len(run) - 1
+                ids, mask, lps, advs = _sequence(run)
                 sequences.append(
                     TrainSequence(
-                        input_ids=list(step.prompt_ids) + list(step.response_ids),
-                        loss_mask=[0] * n_prompt + list(response_mask),
-                        rollout_logprobs=[0.0] * n_prompt + [float(lp) for lp in step.logprobs],
-                        advantages=[0.0] * n_prompt + [step.advantage if m else 0.0 for m in response_mask],
-                        group_id=group.group_id,
-                        episode_id=episode.id,
-                        trajectory_name=traj.name,
-                        weight_version=step.weight_version,
+                        input_ids=ids, loss_mask=mask, rollout_logprobs=lps, advantages=advs,
+                        group_id=group.group_id, episode_id=episode.id, trajectory_name=traj.name,
+                        weight_version=run[0].weight_version,
                     )
                 )
     batch = TrainBatch(sequences=sequences)
@@ -253,5 +348,6 @@ def build_train_batch(groups: list[TrajectoryGroup]) -> TrainBatch:
         "batch/num_sequences": float(len(sequences)),
         "batch/num_response_tokens": float(batch.num_response_tokens),
         "batch/skipped_empty_steps": float(skipped_empty),
+        "batch/merged_steps": float(merged),
     }
     return batch

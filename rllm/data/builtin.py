@@ -29,6 +29,17 @@ def _add(rng: random.Random) -> tuple[str, str]:
     return f"What is {a} + {b}? {SUFFIX}", str(a + b)
 
 
+_PRODUCT_QUESTIONS = ("What is {a} * {b}?", "Compute {a} times {b}.", "Multiply {a} by {b}.",
+                      "What is the product of {a} and {b}?")
+
+
+def _multiply(rng: random.Random) -> tuple[str, str]:
+    # A tool task (workflow.name=tool_agent): products of 2-3 digit numbers, asked in several ways, with no
+    # "answer with just the number" (which talks a small model out of calling the calculator).
+    a, b = rng.randint(10, 999), rng.randint(10, 999)
+    return rng.choice(_PRODUCT_QUESTIONS).format(a=a, b=b), str(a * b)
+
+
 def _count_letter(rng: random.Random) -> tuple[str, str]:
     words = ["banana", "strawberry", "committee", "mississippi", "balloon", "letter", "address",
              "assessment", "bookkeeper", "coffee", "success", "parallel", "raccoon", "pepper"]
@@ -41,6 +52,7 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "larger": _larger,
     "smaller": _smaller,
     "add": _add,
+    "multiply": _multiply,
     "count_letter": _count_letter,
 }
 
@@ -49,8 +61,12 @@ _TEST_SEED_OFFSET = 1_000_003
 
 def make_tasks(name: str, split: str, size: int, seed: int = 0) -> list[dict[str, Any]]:
     """Generate ``size`` tasks of kind ``name`` for ``split`` ("train" or "test")."""
+    if name == "frozenlake":
+        from rllm.envs.frozenlake import frozenlake_tasks
+
+        return frozenlake_tasks(split, size, seed=seed)
     if name not in GENERATORS:
-        raise ValueError(f"unknown built-in task {name!r}: choose one of {', '.join(GENERATORS)}")
+        raise ValueError(f"unknown built-in task {name!r}: choose one of {', '.join([*GENERATORS, 'frozenlake'])}")
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
     gen = GENERATORS[name]

@@ -13,8 +13,9 @@ from rllm.types import Step, TerminationReason, Trajectory
 class Outcome(BaseModel):
     """What a workflow returns for an episode: its reward and how it ended.
 
-    ``trajectory_rewards`` gives a role its own reward (e.g. ``{"solver": 1.0, "judge": 0.0}``); roles
-    not named there get ``reward``. ``metrics`` are averaged into the training step's metrics.
+    ``trajectory_rewards`` gives a role its own reward (e.g. ``{"solver": 1.0, "judge": 0.0}``), keyed by
+    trajectory key (one of several trajectories of a role, e.g. ``"solver#2"``) or by role name; those not
+    named there get ``reward``. ``metrics`` are averaged into the training step's metrics.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -29,14 +30,19 @@ class Outcome(BaseModel):
 
 class RolloutContext:
     """Handed to a workflow for one episode. ``chat``/``complete`` sample from the current policy and
-    append a :class:`Step` to the named trajectory; the workflow engine builds the Episode from them."""
+    append a :class:`Step` to the named trajectory; the workflow engine builds the Episode from them.
+
+    ``trajectory`` names the role (``"solver"``); all trajectories of a role across a task's attempts
+    form one advantage group. A workflow with several trajectories of one role in an episode (N
+    parallel solvers) tells them apart with ``key`` (``key="solver#2"``; default: the role name).
+    """
 
     def __init__(self, engine: InferenceEngine, sampling: SamplingParams, *, episode_id: str, task_id: str):
         self.engine = engine
         self.sampling = sampling
         self.episode_id = episode_id
         self.task_id = task_id
-        self.trajectories: dict[str, Trajectory] = {}
+        self.trajectories: dict[str, Trajectory] = {}  # by key
         self._calls = 0
 
     def params(self, **overrides: Any) -> SamplingParams:
@@ -50,26 +56,38 @@ class RolloutContext:
         return SamplingParams.model_validate({**self.sampling.model_dump(), **overrides})
 
     async def complete(
-        self, prompt_ids: list[int], *, trajectory: str = "default", messages: list[dict] | None = None,
-        **overrides: Any,
+        self, prompt_ids: list[int], *, trajectory: str = "default", key: str | None = None,
+        messages: list[dict] | None = None, **overrides: Any,
     ) -> Completion:
         """Sample one continuation of ``prompt_ids`` and record it as a step."""
         params = self.params(**overrides)
         if params.n != 1:
             raise ValueError("RolloutContext samples one completion per call; use group_size for n > 1")
         completion = (await self.engine.generate(prompt_ids, params))[0]
-        self.record(completion, trajectory=trajectory, messages=messages or [])
+        self.record(completion, trajectory=trajectory, key=key, messages=messages or [])
         return completion
 
     async def chat(
-        self, messages: list[dict[str, Any]], *, trajectory: str = "default", tools: list[dict] | None = None,
-        **overrides: Any,
+        self, messages: list[dict[str, Any]], *, trajectory: str = "default", key: str | None = None,
+        tools: list[dict] | None = None, **overrides: Any,
     ) -> Completion:
         """Render ``messages`` with the model's chat template, sample a reply, record it as a step."""
         prompt_ids = self.engine.apply_chat_template(messages, tools=tools)
-        return await self.complete(prompt_ids, trajectory=trajectory, messages=messages, **overrides)
+        return await self.complete(prompt_ids, trajectory=trajectory, key=key, messages=messages, **overrides)
 
-    def record(self, completion: Completion, *, trajectory: str = "default", messages: list[dict]) -> Step:
+    def trajectory(self, name: str = "default", key: str | None = None) -> Trajectory:
+        """The trajectory ``key`` (default ``name``) of role ``name``, created empty on first use."""
+        key = key or name
+        traj = self.trajectories.get(key)
+        if traj is None:
+            traj = self.trajectories[key] = Trajectory(name=name, info={"key": key})
+        elif traj.name != name:
+            raise ValueError(f"trajectory key {key!r} belongs to role {traj.name!r}, not {name!r}")
+        return traj
+
+    def record(
+        self, completion: Completion, *, trajectory: str = "default", key: str | None = None, messages: list[dict],
+    ) -> Step:
         step = Step(
             prompt_ids=completion.prompt_ids,
             response_ids=completion.completion_ids,
@@ -79,5 +97,5 @@ class RolloutContext:
             finish_reason=completion.finish_reason,
             weight_version=completion.weight_version,
         )
-        self.trajectories.setdefault(trajectory, Trajectory(name=trajectory)).steps.append(step)
+        self.trajectory(trajectory, key).steps.append(step)
         return step

@@ -115,9 +115,12 @@ class WorkflowEngine:
         except Exception as exc:  # noqa: BLE001 — any error fails this episode, never the batch
             outcome = _failed(episode, exc)
         episode.trajectories = list(ctx.trajectories.values())
-        for traj in episode.trajectories:
-            traj.reward = outcome.trajectory_rewards.get(traj.name, outcome.reward)
-            if traj.steps:
+        for key, traj in ctx.trajectories.items():
+            rewards = outcome.trajectory_rewards
+            traj.reward = rewards.get(key, rewards.get(traj.name, outcome.reward))
+            # A flow that rewards steps itself (an environment's per-step rewards) keeps them; otherwise
+            # the outcome reward lands on the last step (per-step credit sees it there).
+            if traj.steps and not any(s.reward for s in traj.steps):
                 traj.steps[-1].reward = traj.reward
         episode.reward = outcome.reward
         episode.is_correct = outcome.is_correct

@@ -102,6 +102,7 @@ class LocalEngine:
         # none has arrived for batch_wait_ms lets them join one batch instead of the first running alone.
         self.batch_wait_s = batch_wait_ms / 1000.0
         self.weight_version = 0
+        self._renderer: Any = None  # the ChatRenderer, made on first use
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._seed_rng = torch.Generator().manual_seed(seed)
@@ -122,12 +123,13 @@ class LocalEngine:
 
     # ------------------------------------------------------------------ public API
     def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
-        out = self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        if isinstance(out, dict) or hasattr(out, "input_ids"):
-            out = out["input_ids"]
-        return list(out)
+        """Prompt ids for OpenAI-format ``messages`` (+ ``tools``), rendered as the gateway renders them: tool
+        calls, tool results and a tool list the template ignores become Hermes text (see ``ChatRenderer``)."""
+        if self._renderer is None:
+            from rllm.inference.chat_template import ChatRenderer
+
+            self._renderer = ChatRenderer(self.tokenizer)
+        return self._renderer.render_ids(messages, tools=tools)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
         if not prompt_ids:

@@ -99,8 +99,9 @@ class GatewayWorkflow:
         if isinstance(own, list) and own and all(isinstance(t, Trajectory) for t in own):
             trajectories = own
             output = output.reward if isinstance(output, Episode) and output.reward is not None else None
-        for traj in trajectories:
-            ctx.trajectories[traj.name] = traj
+        for i, traj in enumerate(trajectories):  # several trajectories of one role keep distinct keys
+            key = traj.name if traj.name not in ctx.trajectories else f"{traj.name}#{i}"
+            ctx.trajectories[key] = traj
         episode = Episode(task_id=ctx.task_id, task=task, trajectories=trajectories, info={"output": output})
         if self.evaluator is not None:
             result = await self.evaluator.score(task, episode)

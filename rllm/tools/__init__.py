@@ -1,8 +1,14 @@
-"""Tool calling: how tool calls look in a model's text, and how to parse them back into OpenAI ``tool_calls``.
+"""Tool calling: tools an agent can call, the registry that runs them, and how calls look in model text.
 
-See ``rllm.tools.parsers`` (the Hermes/Qwen ``<tool_call>`` format and the ``get_tool_parser`` registry).
+- ``rllm.tools.tool``: ``Tool`` / ``@tool`` (schema from type hints and docstring), ``ToolRegistry``
+  (runs a model's calls; every failure becomes a ``ToolResult`` the model reads), ``tool_metrics``.
+- ``rllm.tools.builtin``: ``calculator``, ``make_python_tool`` (sandboxed), ``make_search_tool`` (BM25).
+- ``rllm.tools.parsers``: the Hermes/Qwen ``<tool_call>`` format and the ``get_tool_parser`` registry.
+- ``rllm.tools.mcp``: ``MCPToolSource``, the tools of an MCP server (needs ``pip install 'rllm[mcp]'``;
+  imported from there, not here, so rllm does not need the mcp package).
 """
 
+from rllm.tools.builtin import CalculatorError, calculator, make_python_tool, make_search_tool
 from rllm.tools.parsers import (
     TOOL_PARSERS,
     HermesToolParser,
@@ -17,18 +23,40 @@ from rllm.tools.parsers import (
     get_tool_parser,
     tool_calls_from_openai,
 )
+from rllm.tools.tool import (
+    TOOL_ERRORS,
+    Tool,
+    ToolArgumentsError,
+    ToolError,
+    ToolRegistry,
+    ToolResult,
+    tool,
+    tool_metrics,
+)
 
 __all__ = [
+    "TOOL_ERRORS",
     "TOOL_PARSERS",
+    "CalculatorError",
     "HermesToolParser",
     "NoToolParser",
     "ParsedResponse",
+    "Tool",
+    "ToolArgumentsError",
     "ToolCall",
+    "ToolError",
     "ToolParser",
+    "ToolRegistry",
+    "ToolResult",
+    "calculator",
     "format_assistant_text",
     "format_tool_call_text",
     "format_tool_response_text",
     "format_tools_prompt",
     "get_tool_parser",
+    "make_python_tool",
+    "make_search_tool",
+    "tool",
     "tool_calls_from_openai",
+    "tool_metrics",
 ]

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,10 +28,12 @@ from rllm.algorithms.transforms import (
     compute_advantages,
     filter_groups,
     group_episodes,
+    step_returns,
 )
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine, pick_device
+from rllm.rewards.shaping import Shaper, apply_shaping, format_bonus, overlong_penalty
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state, save_checkpoint
@@ -99,6 +102,22 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         )
     if cfg.rollout.temperature == 0:
         raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
+    if (cfg.workflow.name == "frozenlake") != (cfg.data.task == "frozenlake"):
+        raise UnsupportedConfigError(
+            "workflow.name=frozenlake and data.task=frozenlake go together: set both (or neither)"
+        )
+    sh = cfg.algorithm.shaping
+    if sh.overlong_buffer > cfg.rollout.max_tokens:
+        raise UnsupportedConfigError(
+            f"algorithm.shaping.overlong_buffer ({sh.overlong_buffer}) exceeds rollout.max_tokens ({cfg.rollout.max_tokens})"
+        )
+    if sh.format_regex is not None:
+        try:
+            re.compile(sh.format_regex)
+        except re.error as exc:
+            raise UnsupportedConfigError(f"algorithm.shaping.format_regex is not a valid regex: {exc}") from None
+    if cfg.algorithm.gamma != 1.0 and cfg.algorithm.credit != "per_step":
+        raise UnsupportedConfigError("algorithm.gamma discounts per-step returns: set algorithm.credit=per_step")
     for sink, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
         if sink in cfg.trainer.loggers and importlib.util.find_spec(module) is None:
             raise UnsupportedConfigError(
@@ -121,11 +140,12 @@ class AgentTrainer:
         evaluator: Any | None = None,
         train_tasks: list[dict[str, Any]] | None = None,
         test_tasks: list[dict[str, Any]] | None = None,
+        reward_shaping: list[Shaper] | None = None,
     ) -> None:
         from rllm.data.builtin import make_tasks
         from rllm.models import resolve_model
         from rllm.sdk.decorators import Rollout
-        from rllm.workflows.single_turn import SingleTurnWorkflow
+        from rllm.workflows.builtin import build_workflow
 
         self.cfg = config
         check_config(config, LocalBackend.capabilities)
@@ -136,7 +156,8 @@ class AgentTrainer:
             raise TypeError("evaluator= goes with an @rllm.rollout flow; a workflow scores its own episodes")
         self.evaluator = evaluator
         self.gateway: Any = None
-        self.workflow = workflow or SingleTurnWorkflow(system_prompt=config.data.system_prompt)
+        self.workflow = workflow or build_workflow(config)
+        self.shapers = shapers_from_config(config) + list(reward_shaping or [])
         d = config.data
         self.train_tasks = train_tasks if train_tasks is not None else make_tasks(d.task, "train", d.train_size, config.trainer.seed)
         self.test_tasks = test_tasks if test_tasks is not None else make_tasks(d.task, "test", d.test_size, config.trainer.seed)
@@ -231,8 +252,9 @@ class AgentTrainer:
             "eval/response_len": float(np.mean([len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps] or [0])),
             "eval/time_s": time.perf_counter() - t0,
         }
-        # What evaluators report per episode (signal/tool_calls, ...), averaged over the held-out set.
-        for key in sorted({k for e in episodes for k in e.metrics if k.startswith("signal/")}):
+        # What flows and evaluators report per episode (signal/*, tools/*, judge/*, ...), averaged over the
+        # held-out set.
+        for key in sorted({k for e in episodes for k in e.metrics if "/" in k}):
             out[f"eval/{key}"] = float(np.mean([e.metrics[key] for e in episodes if key in e.metrics]))
         logger.info("eval at step %d: accuracy %.3f on %d held-out tasks", step, out["eval/accuracy"], len(episodes))
         return out
@@ -248,18 +270,21 @@ class AgentTrainer:
             self.rollouts.run_tasks(tasks, group_size=cfg.rollout.group_size, sampling=sampling, description=f"step {step}")
         )
         t_rollout = time.perf_counter() - t0
+        apply_shaping(episodes, self.shapers)
         metrics = episode_metrics(episodes)
         metrics["time/rollout_s"] = t_rollout
         metrics["perf/rollout_tokens_per_s"] = (self.engine.stats["generated_tokens"] - gen_before) / max(t_rollout, 1e-9)
 
         groups = group_episodes(episodes)
-        groups, fmetrics = filter_groups(groups, self.filters)
+        alg = cfg.algorithm
+        signal = (lambda g: step_returns(g, alg.gamma)) if alg.credit == "per_step" else None
+        groups, fmetrics = filter_groups(groups, self.filters, signal=signal)
         metrics.update(fmetrics)
         t1 = time.perf_counter()
         if groups:
             est_kwargs = {"norm_std": cfg.algorithm.norm_std} if _uses(cfg.algorithm.advantage, "grpo") else {}
-            metrics.update(compute_advantages(groups, cfg.algorithm.advantage, **est_kwargs))
-            batch = build_train_batch(groups)
+            metrics.update(compute_advantages(groups, alg.advantage, credit=alg.credit, gamma=alg.gamma, **est_kwargs))
+            batch = build_train_batch(groups, merge=alg.merge_turns)
             if cfg.algorithm.loss_norm == "sampled":  # skipped zero-variance rows still count in the mean
                 batch.loss_norm_tokens = batch.num_response_tokens + fmetrics["filter/zero_variance_response_tokens"]
                 batch.loss_norm_sequences = len(batch.sequences) + fmetrics["filter/zero_variance_sequences"]
@@ -351,6 +376,17 @@ class AgentTrainer:
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             _try_plot(self.run_dir)
         return result
+
+
+def shapers_from_config(cfg: TrainConfig) -> list[Shaper]:
+    """The reward shapers ``algorithm.shaping`` turns on."""
+    sh = cfg.algorithm.shaping
+    out: list[Shaper] = []
+    if sh.format_regex is not None:
+        out.append(format_bonus(sh.format_regex, bonus=sh.format_bonus, penalty=sh.format_penalty))
+    if sh.overlong_buffer:
+        out.append(overlong_penalty(max_tokens=cfg.rollout.max_tokens, buffer=sh.overlong_buffer, coef=sh.overlong_coef))
+    return out
 
 
 def _uses(estimator: str | dict[str, str], name: str) -> bool:

@@ -99,6 +99,20 @@ class FilterSettings(_Section):
     drop_failed: bool = Field(True, description="Skip episodes that errored or timed out (they are still logged).")
 
 
+class ShapingConfig(_Section):
+    format_regex: str | None = Field(
+        None, description="Reward shaping: a regex every response must fully match (stripped) to earn format_bonus; "
+        "null = off.",
+    )
+    format_bonus: float = Field(0.1, description="Added to a trajectory whose responses all match format_regex.")
+    format_penalty: float = Field(0.0, ge=0, description="Subtracted from a trajectory whose responses do not all match.")
+    overlong_buffer: int = Field(
+        0, ge=0, description="DAPO soft overlong penalty: responses longer than rollout.max_tokens - overlong_buffer "
+        "lose up to overlong_coef, linearly; 0 = off.",
+    )
+    overlong_coef: float = Field(1.0, ge=0, description="The overlong penalty at rollout.max_tokens.")
+
+
 class AlgorithmConfig(_Section):
     advantage: str | dict[str, str] = Field(
         "grpo",
@@ -106,6 +120,17 @@ class AlgorithmConfig(_Section):
         "role -> estimator with 'default' as fallback.",
     )
     norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
+    credit: Literal["trajectory", "per_step"] = Field(
+        "trajectory",
+        description="Credit assignment: 'trajectory' broadcasts each trajectory's advantage to all its steps; "
+        "'per_step' gives each step its discounted return (gamma) and compares steps within the group.",
+    )
+    gamma: float = Field(1.0, ge=0, le=1, description="per_step credit: discount per turn.")
+    merge_turns: bool = Field(
+        True, description="Train consecutive turns of a trajectory as one sequence when they extend each other "
+        "token for token (the environment's tokens in between are masked out).",
+    )
+    shaping: ShapingConfig = Field(default_factory=ShapingConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     loss_norm: Literal["kept", "sampled"] = Field(
         "kept",
@@ -116,8 +141,26 @@ class AlgorithmConfig(_Section):
     filters: FilterSettings = Field(default_factory=FilterSettings)
 
 
+class WorkflowConfig(_Section):
+    name: Literal["single_turn", "tool_agent", "solver_judge", "frozenlake"] = Field(
+        "single_turn",
+        description="Built-in workflow: single_turn (ask, score), tool_agent (ReAct loop with workflow.tools), "
+        "solver_judge (workflow.n_solvers solvers, a judge picks), frozenlake (multi-turn grid world; "
+        "needs data.task=frozenlake).",
+    )
+    max_turns: int = Field(4, gt=0, description="tool_agent / frozenlake: most model turns per episode.")
+    n_solvers: int = Field(2, ge=2, description="solver_judge: solvers per episode.")
+    tools: list[Literal["calculator", "python"]] = Field(
+        default_factory=lambda: ["calculator"], description="tool_agent: built-in tools the agent may call.",
+    )
+    tool_timeout_s: float = Field(5.0, gt=0, description="tool_agent: time limit per tool call.")
+    invalid_action_reward: float = Field(
+        0.0, description="frozenlake: step reward of a reply that names no valid action.",
+    )
+
+
 class DataConfig(_Section):
-    task: str = Field("larger", description="Built-in task: larger, smaller, add, count_letter.")
+    task: str = Field("larger", description="Built-in task: larger, smaller, add, multiply, count_letter, frozenlake.")
     train_size: int = Field(20000, gt=0, description="Number of generated training tasks.")
     test_size: int = Field(200, gt=0, description="Number of held-out test tasks.")
     system_prompt: str | None = Field(None, description="Optional system message before each question.")
@@ -156,6 +199,7 @@ class TrainConfig(_Section):
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

@@ -34,7 +34,12 @@ class SingleTurnWorkflow:
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         completion = await ctx.chat(self.messages(task))
-        result = self.reward_fn(task, completion.text)
-        if isinstance(result, Outcome):
-            return result
-        return Outcome(reward=float(result), is_correct=bool(result) if isinstance(result, bool) else None)
+        return score(self.reward_fn, task, completion.text)
+
+
+def score(reward_fn: RewardFn, task: dict[str, Any], response: str) -> Outcome:
+    """``reward_fn(task, response)`` as an Outcome (a bool also says whether the answer is correct)."""
+    result = reward_fn(task, response)
+    if isinstance(result, Outcome):
+        return result
+    return Outcome(reward=float(result), is_correct=bool(result) if isinstance(result, bool) else None)

@@ -1,0 +1,323 @@
+"""FrozenLake as a text game: walk from S to G on a grid of ice without stepping into a hole.
+
+Written here rather than wrapped from gymnasium so maps, splits and observations are ours to shape for a
+small chat model. A map is a list of row strings over ``S`` (start), ``F`` (frozen, safe), ``H`` (hole)
+and ``G`` (goal). Positions are ``(row, col)``, 0-indexed in code and 1-indexed in the text the model
+reads. The episode earns 1.0 on reaching G and 0.0 otherwise (a hole, or running out of steps).
+
+    env = FrozenLakeEnv(size=4, seed=7)
+    observation, info = env.reset()
+    result = env.step("right")        # or "Right", or 2 (gymnasium's LEFT=0, DOWN=1, RIGHT=2, UP=3)
+
+``FrozenLakeAgent`` is the matching chat agent: the model answers each board with a direction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+import random
+import re
+from collections import deque
+from typing import Any
+
+from rllm.agents.base import Agent, InvalidAction
+from rllm.envs.base import Env, EnvStep
+
+Position = tuple[int, int]
+
+DIRECTIONS = ("up", "down", "left", "right")
+# Gymnasium's action numbering, so integer policies written for gym.FrozenLake work unchanged.
+GYM_ACTIONS = {0: "left", 1: "down", 2: "right", 3: "up"}
+_MOVES: dict[str, Position] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+# A slippery step goes the intended way or to either side of it, each with probability 1/3 (as in gym).
+_VERTICAL, _HORIZONTAL = ("up", "down"), ("left", "right")
+_SIDEWAYS = {"up": _HORIZONTAL, "down": _HORIZONTAL, "left": _VERTICAL, "right": _VERTICAL}
+
+_MAX_MAP_ATTEMPTS = 10_000
+
+
+# ---------------------------------------------------------------------------------------------- maps
+
+
+def generate_map(size: int, p_frozen: float, seed: int) -> list[str]:
+    """A random ``size`` x ``size`` map with a path from S to G, the same for the same arguments.
+
+    S and G sit on two distinct random cells; every other cell is frozen with probability ``p_frozen``,
+    else a hole. Maps without a path are redrawn from the same seeded stream until one has a path.
+    """
+    if size < 2:
+        raise ValueError(f"size must be at least 2 (S and G need distinct cells), got {size}")
+    if not 0.0 < p_frozen <= 1.0:
+        raise ValueError(f"p_frozen must be in (0, 1], got {p_frozen}")
+    rng = random.Random(seed)
+    cells = [(r, c) for r in range(size) for c in range(size)]
+    for _ in range(_MAX_MAP_ATTEMPTS):
+        start, goal = rng.sample(cells, 2)
+        rows = [["F" if rng.random() < p_frozen else "H" for _ in range(size)] for _ in range(size)]
+        rows[start[0]][start[1]] = "S"
+        rows[goal[0]][goal[1]] = "G"
+        grid = ["".join(row) for row in rows]
+        if shortest_path_length(grid) is not None:
+            return grid
+    raise ValueError(
+        f"no solvable {size}x{size} map in {_MAX_MAP_ATTEMPTS} draws with p_frozen={p_frozen}; "
+        "raise p_frozen or lower size"
+    )
+
+
+def _find(grid: list[str], char: str) -> Position:
+    for r, row in enumerate(grid):
+        c = row.find(char)
+        if c >= 0:
+            return (r, c)
+    raise ValueError(f"map has no {char!r} cell")
+
+
+def _step_from(grid: list[str], position: Position, direction: str) -> Position | None:
+    """The cell one step ``direction`` from ``position``, or None at the edge of the map."""
+    r, c = position[0] + _MOVES[direction][0], position[1] + _MOVES[direction][1]
+    if 0 <= r < len(grid) and 0 <= c < len(grid[0]):
+        return (r, c)
+    return None
+
+
+def _distances_to_goal(grid: list[str]) -> dict[Position, int]:
+    """BFS from G over non-hole cells: steps from each reachable cell to the goal (moves are symmetric)."""
+    goal = _find(grid, "G")
+    distances = {goal: 0}
+    queue = deque([goal])
+    while queue:
+        cell = queue.popleft()
+        for direction in DIRECTIONS:
+            nxt = _step_from(grid, cell, direction)
+            if nxt is not None and nxt not in distances and grid[nxt[0]][nxt[1]] != "H":
+                distances[nxt] = distances[cell] + 1
+                queue.append(nxt)
+    return distances
+
+
+def shortest_path_length(grid: list[str]) -> int | None:
+    """The fewest moves from S to G avoiding holes, or None when G cannot be reached."""
+    return _distances_to_goal(grid).get(_find(grid, "S"))
+
+
+def optimal_action(grid: list[str], position: Position) -> str:
+    """The first move of a shortest path from ``position`` to G (ties broken up, down, left, right)."""
+    distances = _distances_to_goal(grid)
+    here = distances.get(tuple(position))
+    if here is None or here == 0:
+        raise ValueError(f"no move to make from {tuple(position)}: it is the goal or cannot reach it")
+    for direction in DIRECTIONS:
+        nxt = _step_from(grid, tuple(position), direction)
+        if nxt is not None and distances.get(nxt) == here - 1:
+            return direction
+    raise AssertionError("BFS distances are inconsistent")  # unreachable: some neighbour is one closer
+
+
+def _split_of(grid: list[str]) -> str:
+    """Which split a map belongs to, decided by its content so no map can be in both (1 in 4 is test)."""
+    digest = hashlib.sha256("\n".join(grid).encode()).digest()
+    return "test" if digest[0] % 4 == 0 else "train"
+
+
+def frozenlake_tasks(
+    split: str, n: int, *, seed: int = 0, sizes: tuple[int, ...] = (3, 4), p_frozen: float = 0.8
+) -> list[dict[str, Any]]:
+    """``n`` distinct FrozenLake tasks for ``split`` ("train" or "test"), cycling through ``sizes``.
+
+    A map's split is a hash of the map itself, so a test map never appears in any train set, whatever
+    ``seed`` or ``n``. ``seed`` picks which maps are drawn. ``shortest_path`` is the optimal episode length.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if not sizes:
+        raise ValueError("sizes must name at least one map size")
+    rng = random.Random(f"frozenlake-tasks-{seed}")
+    seen: set[tuple[str, ...]] = set()
+    tasks = []
+    for i in range(n):
+        size = sizes[i % len(sizes)]
+        for _ in range(_MAX_MAP_ATTEMPTS):
+            map_seed = rng.getrandbits(31)
+            grid = generate_map(size, p_frozen, map_seed)
+            if _split_of(grid) == split and tuple(grid) not in seen:
+                break
+        else:
+            raise ValueError(
+                f"found only {sum(len(t) == size for t in seen)} distinct {size}x{size} {split} "
+                f"maps; ask for fewer tasks or use larger sizes"
+            )
+        seen.add(tuple(grid))
+        tasks.append(
+            {
+                "task_id": f"frozenlake-{split}-{size}x{size}-{map_seed}",
+                "size": size,
+                "p_frozen": p_frozen,
+                "seed": map_seed,
+                "data_source": "builtin/frozenlake",
+                "shortest_path": shortest_path_length(grid),
+            }
+        )
+    return tasks
+
+
+# ----------------------------------------------------------------------------------------------- env
+
+
+def parse_action(action: Any) -> str:
+    """A direction name from ``"up"``/``"UP"``/... or a gymnasium action number 0-3; else ValueError."""
+    if isinstance(action, numbers.Integral) and not isinstance(action, bool):
+        if int(action) in GYM_ACTIONS:
+            return GYM_ACTIONS[int(action)]
+    elif isinstance(action, str) and action.strip().lower() in _MOVES:
+        return action.strip().lower()
+    raise ValueError(
+        f"FrozenLake action must be one of {DIRECTIONS} or an int 0-3 (LEFT, DOWN, RIGHT, UP), got {action!r}"
+    )
+
+
+class FrozenLakeEnv(Env):
+    """One FrozenLake map. Each step moves the player one cell; the episode ends at G, in a hole, or
+    after ``max_steps`` moves (``None``: no limit, the workflow's turn limit applies)."""
+
+    def __init__(
+        self,
+        size: int = 4,
+        p_frozen: float = 0.8,
+        seed: int = 0,
+        max_steps: int | None = None,
+        is_slippery: bool = False,
+        grid: list[str] | None = None,
+    ) -> None:
+        if grid is None:
+            grid = generate_map(size, p_frozen, seed)
+        else:
+            grid = list(grid)
+            if not grid or any(len(row) != len(grid[0]) for row in grid) or not grid[0]:
+                raise ValueError("grid must be a non-empty list of equally long row strings")
+            if set("".join(grid)) - set("SFHG"):
+                raise ValueError(f"grid may only hold S, F, H, G; got {sorted(set(''.join(grid)))}")
+            counts = {char: "".join(grid).count(char) for char in "SG"}
+            if counts != {"S": 1, "G": 1}:
+                raise ValueError(f"grid needs exactly one S and one G, got {counts}")
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"max_steps must be positive or None, got {max_steps}")
+        self.grid = grid
+        self.seed = seed
+        self.max_steps = max_steps
+        self.is_slippery = is_slippery
+        self.start = _find(grid, "S")
+        self.goal = _find(grid, "G")
+        self.position = self.start
+        self.steps = 0
+        self.done = False
+        self._started = False
+        self._slip_rng = random.Random(seed)
+
+    @classmethod
+    def from_task(cls, task: dict[str, Any]) -> FrozenLakeEnv:
+        """Build from a ``frozenlake_tasks`` row (``size``, ``p_frozen``, ``seed``; optional ``max_steps``,
+        ``is_slippery``, ``grid``); other keys such as ``shortest_path`` are bookkeeping."""
+        keys = ("size", "p_frozen", "seed", "max_steps", "is_slippery", "grid")
+        return cls(**{key: task[key] for key in keys if key in task})
+
+    def reset(self) -> tuple[str, dict[str, Any]]:
+        self.position = self.start
+        self.steps = 0
+        self.done = False
+        self._started = True
+        self._slip_rng = random.Random(self.seed)  # same slips for the same actions, every episode
+        return self._observation("Find a safe path to the goal."), self._info(None)
+
+    def step(self, action: Any) -> EnvStep:
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        if self.done:
+            raise RuntimeError("the episode is over; call reset() to play again")
+        intended = parse_action(action)
+        direction = intended
+        if self.is_slippery:
+            direction = self._slip_rng.choice((intended, *_SIDEWAYS[intended]))
+        self.steps += 1
+
+        slip = f"You tried to move {intended} but slipped {direction}." if direction != intended else ""
+        target = _step_from(self.grid, self.position, direction)
+        if target is None:
+            event = f"{slip} You hit the wall going {direction} and stayed in place.".lstrip()
+        else:
+            self.position = target
+            event = slip or f"You moved {direction}."
+
+        cell = self.grid[self.position[0]][self.position[1]]
+        result, reward = None, 0.0
+        if cell == "G":
+            result, reward, event = "goal", 1.0, f"{event} You reached the goal!"
+        elif cell == "H":
+            result, event = "hole", f"{event} You fell into a hole. Game over."
+        self.done = result is not None
+        info = self._info(result)
+        if not self.done and self.max_steps is not None and self.steps >= self.max_steps:
+            self.done = True
+            info["truncated"] = True
+            event = f"{event} You are out of moves. Game over."
+        return EnvStep(observation=self._observation(event), reward=reward, done=self.done, info=info)
+
+    def _info(self, result: str | None) -> dict[str, Any]:
+        return {"position": self.position, "result": result, "steps": self.steps, "success": result == "goal"}
+
+    def render(self) -> str:
+        """The grid as rows of space-separated cells, P marking the player (the start shows as F)."""
+        cells = [[("F" if ch == "S" else ch) for ch in row] for row in self.grid]
+        cells[self.position[0]][self.position[1]] = "P"
+        return "\n".join(" ".join(row) for row in cells)
+
+    def _observation(self, event: str) -> str:
+        (row, col), (goal_row, goal_col) = self.position, self.goal
+        return (
+            f"{event}\n{self.render()}\n"
+            f"You are at row {row + 1}, column {col + 1}. The goal is at row {goal_row + 1}, "
+            f"column {goal_col + 1}.\n"
+            "P = you, F = ice, H = hole, G = goal. Avoid holes."
+        )
+
+
+# --------------------------------------------------------------------------------------------- agent
+
+_FORMAT = "Which way do you move: up, down, left or right? Answer with one word."
+
+# The reply's last "Action: <direction>" (markdown and brackets tolerated: **Action:** up, Action: <up>),
+# else its first direction word. SmolLM2-135M rarely writes a fixed format before training ("The answer
+# is left."), so the lenient reading gives it moves to learn from; "Action: up/down" names none.
+_ACTION_RE = re.compile(r"\baction[\s*_`]*:[\s*_`\"'<\[]*(up|down|left|right)\b(?![/|])", re.IGNORECASE)
+_WORD_RE = re.compile(r"(?<![/|])\b(up|down|left|right)\b(?![/|])", re.IGNORECASE)
+
+
+def parse_reply(reply: str) -> str | None:
+    """The direction a model reply names: its last ``Action: <direction>``, else its first direction
+    word; None when it names none."""
+    matches = _ACTION_RE.findall(reply)
+    if matches:
+        return matches[-1].lower()
+    word = _WORD_RE.search(reply)
+    return word.group(1).lower() if word else None
+
+
+class FrozenLakeAgent(Agent):
+    """Shows each board as a user turn, asking for a one-word move; reads the move with ``parse_reply``.
+
+    No system prompt: SmolLM2-135M follows a short question next to the board better than rules in a
+    system message. The question is asked on every turn.
+    """
+
+    system_prompt = None
+
+    def observe(self, observation: Any, reward: float, done: bool, info: dict[str, Any]) -> None:
+        self.messages.append({"role": "user", "content": f"{observation}\n{_FORMAT}"})
+
+    def act(self, reply: str) -> str | InvalidAction:
+        self.messages.append({"role": "assistant", "content": reply})
+        direction = parse_reply(reply)
+        if direction is None:
+            return InvalidAction(f"No move found in your reply. {_FORMAT}")
+        return direction

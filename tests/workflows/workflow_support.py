@@ -1,0 +1,57 @@
+"""A scripted policy over the tiny model, for workflow tests that need the model to say particular things.
+
+``ScriptedEngine`` answers each prompt with text the test chooses (``policy(prompt_text) -> reply``), yet
+stays token-faithful: the reply is tokenized with the real tokenizer, ends with the eos token, and its
+logprobs are the tiny model's own (one forward pass over prompt + reply). Only the choice of tokens is
+scripted; everything a workflow, the assembly and the transforms see is what a real engine produces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rllm.engine.workflow_engine import WorkflowEngine
+from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.local import LocalEngine
+
+
+class ScriptedEngine:
+    """Replies chosen by ``policy``; token ids and logprobs from ``engine``'s tokenizer and model."""
+
+    def __init__(self, engine: LocalEngine, policy: Callable[[str], str]) -> None:
+        self.engine = engine
+        self.policy = policy
+        self.weight_version = 0
+        self.prompts: list[str] = []
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+        return self.engine.apply_chat_template(messages, tools=tools)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        tok = self.engine.tokenizer
+        prompt = tok.decode(prompt_ids)
+        self.prompts.append(prompt)
+        reply = self.policy(prompt)
+        ids = tok.encode(reply, add_special_tokens=False)[: params.max_tokens - 1] + [self.engine.eos_ids[0]]
+        with torch.no_grad():
+            logits = self.engine.model(torch.tensor([prompt_ids + ids])).logits[0].float()
+        logps = torch.log_softmax(logits[len(prompt_ids) - 1: -1], dim=-1)
+        lps = logps[torch.arange(len(ids)), torch.tensor(ids)].tolist()
+        return [Completion(prompt_ids=list(prompt_ids), completion_ids=ids, logprobs=lps, text=reply,
+                           finish_reason="stop")]
+
+
+def nth_reply(replies: list[str]) -> Callable[[str], str]:
+    """A policy whose k-th reply in a conversation is ``replies[k]`` (k counted from the prompt's turns)."""
+    return lambda prompt: replies[prompt.count("<|im_start|>assistant") - 1]
+
+
+def run_episodes(engine: Any, workflow: Any, tasks: list[dict], sampling: SamplingParams, group_size: int = 1,
+                 **kwargs: Any) -> list:
+    """``group_size`` episodes of ``workflow`` per task, through the real workflow engine."""
+    runner = WorkflowEngine(workflow, engine, sampling, show_progress=False, **kwargs)
+    return asyncio.run(runner.run_tasks(tasks, group_size=group_size))
