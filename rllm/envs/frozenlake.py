@@ -277,9 +277,17 @@ class FrozenLakeEnv(Env):
         return (
             f"{event}\n{self.render()}\n"
             f"You are at row {row + 1}, column {col + 1}. The goal is at row {goal_row + 1}, "
-            f"column {goal_col + 1}.\n"
+            f"column {goal_col + 1}{_offset(goal_row - row, goal_col - col)}.\n"
             "P = you, F = ice, H = hole, G = goal. Avoid holes."
         )
+
+
+def _offset(rows: int, cols: int) -> str:
+    """Where the goal lies from the player, in words (", 2 down and 1 left"): a 135M model cannot
+    subtract row numbers, but it can learn which of the named directions is safe."""
+    parts = [f"{abs(n)} {word}" for n, word in ((rows, "down" if rows > 0 else "up"),
+                                                   (cols, "right" if cols > 0 else "left")) if n]
+    return f", {' and '.join(parts)}" if parts else ""
 
 
 # --------------------------------------------------------------------------------------------- agent

@@ -146,7 +146,7 @@ def test_observation_names_positions():
     observation, info = env.reset()
     assert info == {"position": (0, 0), "result": None, "steps": 0, "success": False}
     assert "P F F F\nF H F H\nF F F H\nH F F G" in observation
-    assert "You are at row 1, column 1. The goal is at row 4, column 4." in observation
+    assert "You are at row 1, column 1. The goal is at row 4, column 4, 3 down and 3 right." in observation
     observation = env.step("down").observation
     assert observation.startswith("You moved down.") and "You are at row 2, column 1." in observation
 
