@@ -56,5 +56,7 @@ def test_frozenlake_workflow_and_task_go_together(tiny_model_dir: Path, tmp_path
         AgentTrainer(_config("frozenlake", tiny_model_dir, tmp_path, "data.task=larger"))
     with pytest.raises(UnsupportedConfigError, match="per_step"):
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "algorithm.gamma=0.9"))
+    with pytest.raises(UnsupportedConfigError, match="drop one"):
+        AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path), workflow=lambda task, ctx: 1.0)
     with pytest.raises(UnsupportedConfigError, match="format_regex"):
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "algorithm.shaping.format_regex=(("))

@@ -156,6 +156,11 @@ class AgentTrainer:
             raise TypeError("evaluator= goes with an @rllm.rollout flow; a workflow scores its own episodes")
         self.evaluator = evaluator
         self.gateway: Any = None
+        if workflow is not None and config.workflow.name != "single_turn":
+            raise UnsupportedConfigError(
+                f"workflow.name={config.workflow.name} names a built-in workflow, but a workflow was passed to "
+                "AgentTrainer too: drop one of them"
+            )
         self.workflow = workflow or build_workflow(config)
         self.shapers = shapers_from_config(config) + list(reward_shaping or [])
         d = config.data
