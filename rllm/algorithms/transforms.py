@@ -269,10 +269,9 @@ def _merge_runs(steps: list[Step]) -> list[list[Step]]:
     for step in steps:
         if runs and _extends(step, tokens):
             runs[-1].append(step)
-            tokens = list(step.prompt_ids) + list(step.response_ids)
         else:
             runs.append([step])
-            tokens = list(step.prompt_ids) + list(step.response_ids)
+        tokens = list(step.prompt_ids) + list(step.response_ids)
     return runs
 
 
