@@ -54,6 +54,8 @@ def test_example_config_trains_end_to_end(example: str, keys: set[str], tiny_mod
 def test_frozenlake_workflow_and_task_go_together(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(UnsupportedConfigError, match="frozenlake"):
         AgentTrainer(_config("frozenlake", tiny_model_dir, tmp_path, "data.task=larger"))
+    with pytest.raises(UnsupportedConfigError, match="history_turns applies to the frozenlake"):
+        AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "workflow.history_turns=0"))
     with pytest.raises(UnsupportedConfigError, match="per_step"):
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "algorithm.gamma=0.9"))
     with pytest.raises(UnsupportedConfigError, match="drop one"):

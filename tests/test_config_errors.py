@@ -13,7 +13,7 @@ from rllm.trainer.checkpoint import LOOP_STATE
 from rllm.trainer.config import TrainConfig
 from rllm.utils.config import load_config
 
-TASKS = [{"task_id": "t", "question": "1 + 1?", "answer": "2"}]
+TASKS = [{"task_id": "t", "question": "1 + 1?", "ground_truth": "2"}]
 
 
 def _refusal(*overrides: str, capabilities: BackendCapabilities = LocalBackend.capabilities) -> str:

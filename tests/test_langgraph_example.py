@@ -29,7 +29,7 @@ from rllm.sdk import GatewayWorkflow
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langgraph_agent"
 CANONICAL_CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "23*45"}}\n</tool_call>'
 COMPACT_CALL = '<tool_call>{"name": "calculate", "arguments": {"expression": "23*45"}}</tool_call>'
-TASK = {"task_id": "mul-23-45", "question": "What is 23 * 45?", "answer": "1035"}
+TASK = {"task_id": "mul-23-45", "question": "What is 23 * 45?", "ground_truth": "1035"}
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ def _episode() -> Episode:
     )
     judge = Trajectory(name="judge", steps=[_step()], reward=0.0, info={"verdict": "ok"})
     return Episode(
-        task_id="t1", task={"question": "2+2?", "answer": "4"}, trajectories=[solver, judge], reward=1.0,
+        task_id="t1", task={"question": "2+2?", "ground_truth": "4"}, trajectories=[solver, judge], reward=1.0,
         is_correct=True, termination_reason=TerminationReason.MAX_RESPONSE_LENGTH, attempt=2,
         metrics={"episode_time_s": 0.25}, info={"note": "x"},
     )

@@ -156,7 +156,7 @@ def test_truncated_response_gives_max_response_length_and_roles_get_their_reward
 
 def test_single_turn_workflow_scores_with_its_reward_fn(engine) -> None:
     workflow = SingleTurnWorkflow(reward_fn=lambda task, text: len(text) >= 0, system_prompt="Be brief.")
-    episodes = _run(engine, workflow, [{"question": "What is 2 + 2?", "answer": "4"}], group_size=2)
+    episodes = _run(engine, workflow, [{"question": "What is 2 + 2?", "ground_truth": "4"}], group_size=2)
     for e in episodes:
         assert e.reward == 1.0 and e.is_correct is True
         messages = e.trajectories[0].steps[0].messages

@@ -70,7 +70,7 @@ def make_tasks(n_train: int, n_test: int, seed: int = 0) -> tuple[list[dict[str,
 
     def task(split: str, i: int, a: int, b: int) -> dict[str, Any]:
         question = rng.choice(QUESTIONS).format(a=a, b=b)
-        return {"task_id": f"mul-{split}-{i}", "question": question, "answer": str(a * b)}
+        return {"task_id": f"mul-{split}-{i}", "question": question, "ground_truth": str(a * b)}
 
     test = [task("test", i, a, b) for i, (a, b) in enumerate(pairs[:n_test])]
     train = [task("train", i, a, b) for i, (a, b) in enumerate(pairs[n_test:])]
@@ -104,7 +104,7 @@ def calculator_ran(result: str) -> bool:
 
 @rllm.evaluator
 def grade(task: dict, episode: rllm.Episode) -> rllm.EvalResult:
-    correct = single_number_match(episode.info["output"] or "", task["answer"])
+    correct = single_number_match(episode.info["output"] or "", task["ground_truth"])
     # The episode's last model call saw every tool result of the episode.
     results = max((tool_results(step.messages) for traj in episode.trajectories for step in traj.steps),
                   key=len, default=[])

@@ -28,7 +28,7 @@ async def larger_agent(task: dict, config: rllm.AgentConfig) -> str:
 
 @rllm.evaluator
 def grade(task: dict, episode: rllm.Episode) -> rllm.EvalResult:
-    correct = single_number_match(episode.info["output"], task["answer"])
+    correct = single_number_match(episode.info["output"], task["ground_truth"])
     return rllm.EvalResult(reward=float(correct), is_correct=correct)
 
 

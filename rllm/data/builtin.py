@@ -1,6 +1,6 @@
 """Built-in procedurally generated tasks: verifiable, need no network, with a held-out split.
 
-Each task is a dict in the common task schema: ``task_id``, ``question``, ``answer``, ``data_source``.
+Each task is a dict in the common task schema: ``task_id``, ``question``, ``ground_truth``, ``data_source``.
 The test split is generated from its own seed and the train split never contains a test question, so
 held-out accuracy measures generalisation, not memorisation.
 """
@@ -89,6 +89,6 @@ def make_tasks(name: str, split: str, size: int, seed: int = 0) -> list[dict[str
             if q not in test:
                 items.append((q, a))
     return [
-        {"task_id": f"{name}-{split}-{i}", "question": q, "answer": a, "data_source": f"builtin/{name}"}
+        {"task_id": f"{name}-{split}-{i}", "question": q, "ground_truth": a, "data_source": f"builtin/{name}"}
         for i, (q, a) in enumerate(items)
     ]

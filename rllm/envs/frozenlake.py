@@ -272,22 +272,35 @@ class FrozenLakeEnv(Env):
         cells[self.position[0]][self.position[1]] = "P"
         return "\n".join(" ".join(row) for row in cells)
 
+    def safe_moves(self) -> list[str]:
+        """The directions that neither leave the map nor step into a hole, from where the player stands."""
+        moves = []
+        for direction in DIRECTIONS:
+            target = _step_from(self.grid, self.position, direction)
+            if target is not None and self.grid[target[0]][target[1]] != "H":
+                moves.append(direction)
+        return moves
+
     def _observation(self, event: str) -> str:
         (row, col), (goal_row, goal_col) = self.position, self.goal
+        offset = _offset(goal_row - row, goal_col - col)
+        goal = f"The goal is {offset}." if offset else "You are on the goal."
         return (
-            f"{event}\n{self.render()}\n"
-            f"You are at row {row + 1}, column {col + 1}. The goal is at row {goal_row + 1}, "
-            f"column {goal_col + 1}{_offset(goal_row - row, goal_col - col)}.\n"
-            "P = you, F = ice, H = hole, G = goal. Avoid holes."
+            f"{event}\n{self.render()}\nP = you, F = ice, H = hole, G = goal.\n"
+            f"{goal} Safe moves: {', '.join(self.safe_moves()) or 'none'}."
         )
 
 
 def _offset(rows: int, cols: int) -> str:
-    """Where the goal lies from the player, in words (", 2 down and 1 left"): a 135M model cannot
-    subtract row numbers, but it can learn which of the named directions is safe."""
+    """Where the goal lies from the player, in words ("2 down and 1 left"; "" on the goal).
+
+    A 135M model cannot read a position off the grid or subtract row numbers, but it can learn which of
+    the directions named here is also a safe move (the observation lists those too). Before training,
+    SmolLM2-135M tends to echo this sentence, and its first direction word is read as the move.
+    """
     parts = [f"{abs(n)} {word}" for n, word in ((rows, "down" if rows > 0 else "up"),
                                                    (cols, "right" if cols > 0 else "left")) if n]
-    return f", {' and '.join(parts)}" if parts else ""
+    return " and ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------- agent
@@ -314,14 +327,39 @@ def parse_reply(reply: str) -> str | None:
 class FrozenLakeAgent(Agent):
     """Shows each board as a user turn, asking for a one-word move; reads the move with ``parse_reply``.
 
+    ``history_turns`` is how many earlier exchanges (board, reply) stay in the conversation: ``None``
+    keeps the whole game, ``0`` shows only the current board. The board is the whole state of the game,
+    so ``0`` loses nothing the player needs, and each turn is then a short prompt of its own (its own
+    training row) instead of a conversation re-read from the start. A reply with no move is answered with
+    the error and the same board again.
+
     No system prompt: SmolLM2-135M follows a short question next to the board better than rules in a
     system message. The question is asked on every turn.
     """
 
     system_prompt = None
 
+    def __init__(self, history_turns: int | None = None) -> None:
+        super().__init__()
+        if history_turns is not None and history_turns < 0:
+            raise ValueError(f"history_turns must be >= 0 or None (the whole game), got {history_turns}")
+        self.history_turns = history_turns
+        self._board = ""
+
+    def reset(self, task: dict[str, Any]) -> None:
+        super().reset(task)
+        self._board = ""
+
     def observe(self, observation: Any, reward: float, done: bool, info: dict[str, Any]) -> None:
+        if info.get("invalid_action") and self.history_turns is not None:
+            observation = f"{observation}\n{self._board}"  # the model no longer sees the board it answered
+        else:
+            self._board = observation
         self.messages.append({"role": "user", "content": f"{observation}\n{_FORMAT}"})
+        if self.history_turns is not None:
+            head = 1 if self.system_prompt else 0
+            keep = 2 * self.history_turns + 1  # (user, assistant) pairs, then the new user turn
+            self.messages[head:] = self.messages[head:][-keep:]
 
     def act(self, reply: str) -> str | InvalidAction:
         self.messages.append({"role": "assistant", "content": reply})

@@ -106,6 +106,10 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             "workflow.name=frozenlake and data.task=frozenlake go together: set both (or neither)"
         )
+    if cfg.workflow.history_turns is not None and cfg.workflow.name != "frozenlake":
+        raise UnsupportedConfigError(
+            f"workflow.history_turns applies to the frozenlake workflow only, not {cfg.workflow.name}: drop it"
+        )
     sh = cfg.algorithm.shaping
     if sh.overlong_buffer > cfg.rollout.max_tokens:
         raise UnsupportedConfigError(

@@ -157,6 +157,10 @@ class WorkflowConfig(_Section):
     invalid_action_reward: float = Field(
         0.0, description="frozenlake: step reward of a reply that names no valid action.",
     )
+    history_turns: int | None = Field(
+        None, ge=0, description="frozenlake: earlier (board, reply) exchanges kept in the prompt; "
+        "null keeps the whole game, 0 shows only the current board.",
+    )
 
 
 class DataConfig(_Section):

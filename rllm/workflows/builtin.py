@@ -49,6 +49,9 @@ def build_workflow(cfg: TrainConfig) -> Any:
         from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv
         from rllm.workflows.multi_turn import MultiTurnWorkflow
 
-        return MultiTurnWorkflow(FrozenLakeEnv, FrozenLakeAgent, max_turns=w.max_turns,
+        def agent() -> FrozenLakeAgent:
+            return FrozenLakeAgent(history_turns=w.history_turns)
+
+        return MultiTurnWorkflow(FrozenLakeEnv, agent, max_turns=w.max_turns,
                                  invalid_action_reward=w.invalid_action_reward)
     raise ValueError(f"unknown workflow {w.name!r}")  # unreachable: the config's Literal refuses it first

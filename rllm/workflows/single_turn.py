@@ -6,15 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm.engine.context import Outcome, RolloutContext
-from rllm.rewards.basic import single_number_match
+from rllm.rewards.basic import number_reward
+from rllm.rewards.types import RewardResult
 
-RewardFn = Callable[[dict[str, Any], str], "float | bool | Outcome"]
-
-
-def number_reward(task: dict[str, Any], response: str) -> Outcome:
-    """Reward of the built-in tasks: 1 when the reply states exactly one number and it is the answer."""
-    correct = single_number_match(response, task["answer"])
-    return Outcome(reward=float(correct), is_correct=correct)
+RewardFn = Callable[[dict[str, Any], str], "float | bool | Outcome | RewardResult"]
 
 
 class SingleTurnWorkflow:
@@ -42,4 +37,6 @@ def score(reward_fn: RewardFn, task: dict[str, Any], response: str) -> Outcome:
     result = reward_fn(task, response)
     if isinstance(result, Outcome):
         return result
+    if isinstance(result, RewardResult):
+        return Outcome(reward=float(result.reward), is_correct=result.is_correct, info={"reward": result.info})
     return Outcome(reward=float(result), is_correct=bool(result) if isinstance(result, bool) else None)

@@ -141,14 +141,28 @@ def test_deterministic_by_default_and_slippery_reproducible_per_seed():
     assert [env.step(a).info["position"] for a in actions[:4]] == first  # reset replays the same slips
 
 
-def test_observation_names_positions():
+def test_observation_names_the_goal_direction_and_safe_moves():
     env = FrozenLakeEnv(grid=GYM_4X4)
     observation, info = env.reset()
     assert info == {"position": (0, 0), "result": None, "steps": 0, "success": False}
     assert "P F F F\nF H F H\nF F F H\nH F F G" in observation
-    assert "You are at row 1, column 1. The goal is at row 4, column 4, 3 down and 3 right." in observation
-    observation = env.step("down").observation
-    assert observation.startswith("You moved down.") and "You are at row 2, column 1." in observation
+    assert observation.endswith("The goal is 3 down and 3 right. Safe moves: down, right.")
+    observation = env.step("down").observation  # (1, 0): a hole to the right, the wall to the left
+    assert observation.startswith("You moved down.")
+    assert observation.endswith("The goal is 2 down and 3 right. Safe moves: up, down.")
+    env.step("down")
+    env.step("right")
+    observation = env.step("right").observation  # (2, 2): a hole to the right
+    assert observation.endswith("The goal is 1 down and 1 right. Safe moves: up, down, left.")
+    assert env.step("down").observation.endswith("The goal is 1 right. Safe moves: up, left, right.")
+    final = env.step("right")
+    assert final.done and final.observation.endswith("You are on the goal. Safe moves: left.")
+
+
+def test_safe_moves_are_none_when_boxed_in():
+    env = FrozenLakeEnv(grid=["SH", "HG"])
+    assert env.reset()[0].endswith("The goal is 1 down and 1 right. Safe moves: none.")
+    assert env.safe_moves() == []
 
 
 def test_from_task_ignores_bookkeeping_keys():
@@ -200,6 +214,38 @@ def test_agent_messages_and_actions():
     assert agent.messages[-1] == {"role": "user", "content": f"{result.observation}\n{question}"}
     agent.reset({})
     assert agent.messages == []
+
+
+def test_agent_history_turns_keeps_the_last_exchanges():
+    env = FrozenLakeEnv(grid=GYM_4X4)
+    question = "Which way do you move: up, down, left or right? Answer with one word."
+    full, none, one = FrozenLakeAgent(), FrozenLakeAgent(history_turns=0), FrozenLakeAgent(history_turns=1)
+    observation, info = env.reset()
+    boards = [observation]
+    for agent in (full, none, one):
+        agent.reset({})
+        agent.observe(observation, 0.0, False, info)
+    for move in ("down", "down"):
+        for agent in (full, none, one):
+            assert agent.act(move) == move
+        result = env.step(move)
+        boards.append(result.observation)
+        for agent in (full, none, one):
+            agent.observe(result.observation, result.reward, result.done, result.info)
+    assert len(full.messages) == 5
+    assert none.messages == [{"role": "user", "content": f"{boards[2]}\n{question}"}]
+    assert one.messages == full.messages[-3:]
+    assert one.messages[0]["content"] == f"{boards[1]}\n{question}"
+
+    # A reply with no move: without the whole game in view, the error comes with the board again.
+    invalid = none.act("hmm")
+    none.observe(invalid.message, -0.1, False, {"invalid_action": True})
+    assert none.messages == [{"role": "user", "content": f"{invalid.message}\n{boards[2]}\n{question}"}]
+    invalid = full.act("hmm")
+    full.observe(invalid.message, -0.1, False, {"invalid_action": True})
+    assert full.messages[-1] == {"role": "user", "content": f"{invalid.message}\n{question}"}
+    with pytest.raises(ValueError, match="history_turns"):
+        FrozenLakeAgent(history_turns=-1)
 
 
 def test_tasks_say_when_a_size_has_too_few_maps():

@@ -12,7 +12,7 @@ from rllm.inference.local import LocalEngine
 from rllm.workflows.solver_judge import SolverJudgeWorkflow, parse_pick
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=16, seed=0)
-TASK = {"task_id": "q", "question": "Which number is larger, 37 or 82? Answer with just the number.", "answer": "82"}
+TASK = {"task_id": "q", "question": "Which number is larger, 37 or 82? Answer with just the number.", "ground_truth": "82"}
 
 
 def _policy(solver_answers: list[str], picks: list[str]):

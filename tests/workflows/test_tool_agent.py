@@ -46,7 +46,7 @@ def _run(engine: Any, workflow: Any, tasks: list[dict], group_size: int = 1) -> 
     return run_episodes(engine, workflow, tasks, SAMPLING, group_size)
 
 
-TASK = {"task_id": "m", "question": "What is 12 * 34? Answer with just the number.", "answer": "408"}
+TASK = {"task_id": "m", "question": "What is 12 * 34? Answer with just the number.", "ground_truth": "408"}
 
 
 def test_a_tool_call_runs_and_its_result_reaches_the_model(engine: LocalEngine) -> None:
