@@ -2,6 +2,8 @@
 
     rllm train [CONFIG.yaml] [key=value ...]   train (defaults: built-in model and task, LoRA GRPO)
     rllm train --help-config                   every config key with its type, default and meaning
+    rllm eval DATASET [--model M | --base-url URL --model NAME] [--k K] [--max-examples N] [--output PATH]
+                                               score a model on a dataset: accuracy, pass@k (resumable)
     rllm model pull smollm2-135m | list        fetch and list the built-in models
     rllm gateway --model MODEL [--port P] [--upstream URL ...] [--store PATH] [--api-key KEY]
                                                serve a model behind the trace-recording OpenAI gateway
@@ -22,6 +24,7 @@ from contextlib import contextmanager
 
 from rllm import __version__
 from rllm.cli.check_template_cmd import add_check_template_parser
+from rllm.cli.eval_cmd import add_eval_parser
 from rllm.cli.gateway_cmd import add_gateway_parser
 from rllm.cli.model_cmd import add_model_parser
 from rllm.cli.train_cmd import add_train_parser
@@ -41,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
     subparsers = parser.add_subparsers(
-        dest="command", metavar="{train,gateway,model,check-template,version}", required=True
+        dest="command", metavar="{train,eval,gateway,model,check-template,version}", required=True
     )
     train = add_train_parser(subparsers)
     # Also accepted after `train`; SUPPRESS keeps the subparser from overwriting `rllm --log-level X train`.
@@ -49,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", type=str.upper, choices=LOG_LEVELS, default=argparse.SUPPRESS,
         help="logging level (default: INFO)",
     )
+    add_eval_parser(subparsers)
     add_gateway_parser(subparsers)
     add_model_parser(subparsers)
     add_check_template_parser(subparsers)

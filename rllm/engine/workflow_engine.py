@@ -149,6 +149,17 @@ class WorkflowEngine:
             base if base.seed is None else base.model_copy(update={"seed": base.seed + 104_729 * j})
             for j in range(len(jobs))
         ]
+        return await self.run_jobs(list(zip(jobs, per_job)), description=description)
+
+    async def run_jobs(
+        self,
+        jobs: list[tuple[dict[str, Any], SamplingParams]],
+        *,
+        on_episode: Callable[[int, Episode], None] | None = None,
+        description: str = "rollout",
+    ) -> list[Episode]:
+        """Run one episode per ``(task, sampling)`` job, at most ``max_concurrency`` at a time, with a
+        progress bar; ``on_episode(job_index, episode)`` is called as each finishes (e.g. to save it)."""
         semaphore = asyncio.Semaphore(self.max_concurrency)
         with Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -159,11 +170,13 @@ class WorkflowEngine:
             bar = progress.add_task(description, total=len(jobs), rate=0.0)
             t0 = time.perf_counter()
 
-            async def one(task: dict[str, Any], params: SamplingParams) -> Episode:
+            async def one(index: int, task: dict[str, Any], params: SamplingParams) -> Episode:
                 async with semaphore:
                     episode = await self.run_episode(task, sampling=params)
+                if on_episode is not None:
+                    on_episode(index, episode)
                 done = progress.tasks[bar].completed + 1
                 progress.update(bar, completed=done, rate=done / max(time.perf_counter() - t0, 1e-9))
                 return episode
 
-            return list(await asyncio.gather(*(one(t, p) for t, p in zip(jobs, per_job))))
+            return list(await asyncio.gather(*(one(i, t, p) for i, (t, p) in enumerate(jobs))))

@@ -1,0 +1,141 @@
+"""``rllm eval DATASET``: score a model (local, or any OpenAI-compatible server) on a dataset.
+
+    rllm eval larger --max-examples 100                      # the built-in model, greedy, accuracy
+    rllm eval gsm8k --k 8 --max-tokens 1024                  # 8 samples per item: pass@1..8, mean@8
+    rllm eval math500 --base-url http://host:8000/v1 --model Qwen/Qwen3-8B
+    rllm eval larger --flow my_agent.py:solve                # your own @rllm.rollout flow
+
+Prints a summary table (``accuracy``, ``pass@K``, ``mean@K`` ...) and writes one JSON line per sample to
+``--output`` (default ``evals/DATASET-SPLIT-MODEL.jsonl``), plus ``.summary.json`` and the gateway's
+``.traces.db`` beside it. Run the same command again to resume an interrupted eval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("eval", help="evaluate a model on a dataset (accuracy, pass@k)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dataset", help="a dataset name: built-in, registered, or from the catalog (rllm dataset list)")
+    p.add_argument("--model", default=None,
+                   help="the model: a built-in name or a local path (default smollm2-135m); with --base-url, "
+                        "the name the server knows it by")
+    p.add_argument("--base-url", default=None, help="an OpenAI-compatible server to evaluate instead of a local model")
+    p.add_argument("--api-key", default=None, help="API key for --base-url")
+    p.add_argument("--split", default="test", help="dataset split (default: test)")
+    p.add_argument("--max-examples", type=int, default=None, help="evaluate the first N items only")
+    p.add_argument("--k", type=int, default=1, help="report pass@K (samples per item default to K)")
+    p.add_argument("--n", type=int, default=None, help="samples per item, >= K (default: K)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default: 0 for one sample per item, 0.6 for several)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=1024, help="most tokens per reply (default 1024)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
+    p.add_argument("--timeout-s", type=float, default=None, help="time limit per episode")
+    p.add_argument("--output", type=Path, default=None, help="results JSONL (default evals/DATASET-SPLIT-MODEL.jsonl)")
+    p.add_argument("--no-resume", action="store_true", help="start over instead of resuming --output")
+    p.add_argument("--flow", default=None, help="your @rllm.rollout flow as module:function or path.py:function")
+    p.add_argument("--evaluator", default=None,
+                   help="your @rllm.evaluator as module:function or path.py:function (default: the dataset's reward)")
+    p.add_argument("--reward", default=None, help="score with this reward instead of the dataset's (see docs/rewards.md)")
+    p.add_argument("--system-prompt", default=None, help="a system message for the built-in chat flow")
+    p.add_argument("--device", default="auto", help="local model device (auto, cpu, cuda)")
+    p.add_argument("--dtype", default="auto", help="local model dtype (auto, float32, bfloat16)")
+    p.set_defaults(func=run_eval_command)
+    return p
+
+
+def load_object(spec: str) -> Any:
+    """``module:attr`` or ``path/to/file.py:attr`` → the object."""
+    if ":" not in spec:
+        raise ValueError(f"{spec!r} should be module:function or path/to/file.py:function")
+    where, attr = spec.rsplit(":", 1)
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        if not path.exists():
+            raise FileNotFoundError(f"{where} does not exist")
+        sys.path.insert(0, str(path.parent))  # the flow's own sibling modules import as in a script
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    if not hasattr(module, attr):
+        raise AttributeError(f"{where} has no {attr!r}")
+    return getattr(module, attr)
+
+
+def default_output(dataset: str, split: str, model: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model.rstrip("/").split("/")[-1] if "/" in model else model)
+    return Path("evals") / f"{dataset}-{split}-{slug}.jsonl"
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from rllm.eval.datasets import eval_tasks
+    from rllm.eval.flows import INSTRUCTIONS, chat_flow, frozenlake_flow, reward_evaluator
+    from rllm.eval.runner import EvalSpec, run_eval
+    from rllm.rewards.registry import get_reward
+
+    if args.base_url and not args.model:
+        print("--base-url needs --model NAME: the model name the server serves", file=sys.stderr)
+        return 2
+    model = args.model or "smollm2-135m"
+    try:
+        tasks, reward_name = eval_tasks(args.dataset, args.split, args.max_examples)
+        reward_name = args.reward or reward_name
+        if args.flow:
+            flow = load_object(args.flow)
+        elif reward_name == "frozenlake":
+            flow = frozenlake_flow
+        else:
+            flow = chat_flow(INSTRUCTIONS.get(reward_name or ""), args.system_prompt)
+        if args.evaluator:
+            evaluator_fn = load_object(args.evaluator)
+        elif flow is frozenlake_flow:
+            evaluator_fn = None  # the environment scores the episode
+        elif reward_name is None:
+            raise ValueError(f"dataset {args.dataset!r} names no reward: pass --reward NAME or --evaluator")
+        else:
+            evaluator_fn = reward_evaluator(get_reward(reward_name))
+        spec = EvalSpec(
+            dataset=args.dataset, output=args.output or default_output(args.dataset, args.split, model), model=model,
+            base_url=args.base_url, api_key=args.api_key, split=args.split, max_examples=args.max_examples,
+            k=args.k, n=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
+            seed=args.seed, concurrency=args.concurrency, timeout_s=args.timeout_s, resume=not args.no_resume,
+            device=args.device, dtype=args.dtype,
+        )
+        summary = run_eval(spec, tasks, flow, evaluator_fn)
+    except (ValueError, KeyError, FileNotFoundError, AttributeError, ConnectionError) as exc:
+        print(f"rllm eval: {exc}", file=sys.stderr)
+        return 2
+    print_summary(summary, Console())
+    return 0
+
+
+def print_summary(summary: Any, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{summary.dataset} · {summary.model}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    n = summary.samples_per_item
+    rows = [("items", f"{summary.items}"), ("samples per item", f"{n}"), ("accuracy", f"{summary.accuracy:.4f}")]
+    rows += [(f"pass@{k}", f"{v:.4f}") for k, v in summary.pass_at.items()]
+    rows += [(f"mean@{n}", f"{summary.accuracy:.4f}"), ("mean reward", f"{summary.mean_reward:.4f}"),
+             ("failed samples", f"{summary.failed}"), ("wall time", f"{summary.wall_s:.1f} s"),
+             ("results", summary.output)]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
