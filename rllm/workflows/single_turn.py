@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -9,7 +11,7 @@ from rllm.engine.context import Outcome, RolloutContext
 from rllm.rewards.basic import number_reward
 from rllm.rewards.types import RewardResult
 
-RewardFn = Callable[[dict[str, Any], str], "float | bool | Outcome | RewardResult"]
+RewardFn = Callable[[dict[str, Any], str], Any]  # -> float | bool | Outcome | RewardResult, or awaitable of one
 
 
 class SingleTurnWorkflow:
@@ -29,12 +31,21 @@ class SingleTurnWorkflow:
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         completion = await ctx.chat(self.messages(task))
-        return score(self.reward_fn, task, completion.text)
+        return await score(self.reward_fn, task, completion.text)
 
 
-def score(reward_fn: RewardFn, task: dict[str, Any], response: str) -> Outcome:
-    """``reward_fn(task, response)`` as an Outcome (a bool also says whether the answer is correct)."""
-    result = reward_fn(task, response)
+async def score(reward_fn: RewardFn, task: dict[str, Any], response: str) -> Outcome:
+    """``reward_fn(task, response)`` as an Outcome (a bool also says whether the answer is correct).
+
+    A sync reward runs on a worker thread: graders that take real time (symbolic math, sandboxed test
+    runs) must not stall the other episodes of the event loop. An async reward (``async def``, e.g. the
+    LLM judge) is awaited."""
+    if inspect.iscoroutinefunction(reward_fn) or inspect.iscoroutinefunction(type(reward_fn).__call__):
+        result = await reward_fn(task, response)
+    else:
+        result = await asyncio.to_thread(reward_fn, task, response)
+        if inspect.isawaitable(result):
+            result = await result
     if isinstance(result, Outcome):
         return result
     if isinstance(result, RewardResult):

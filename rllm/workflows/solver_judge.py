@@ -57,7 +57,7 @@ class SolverJudgeWorkflow:
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         answers = await asyncio.gather(*(self._solve(task, ctx, i) for i in range(self.n_solvers)))
-        scores = [score(self.reward_fn, task, a) for a in answers]
+        scores = await asyncio.gather(*(score(self.reward_fn, task, a) for a in answers))
         solutions = "\n".join(f"Solution {i + 1}: {a.strip()}" for i, a in enumerate(answers))
         prompt = self.judge_prompt.format(question=task["question"], solutions=solutions)
         overrides = {"max_tokens": self.judge_max_tokens} if self.judge_max_tokens else {}

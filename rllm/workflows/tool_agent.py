@@ -92,7 +92,7 @@ class ToolAgentWorkflow:
             ctx.trajectories[self.role].steps[-1].info["tool_results"] = [r.model_dump() for r in turn_results]
             for r in turn_results:
                 messages.append({"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.content})
-        outcome = score(self.reward_fn, task, answer)
+        outcome = await score(self.reward_fn, task, answer)
         outcome.termination_reason = reason
         outcome.metrics.update(tool_metrics(results))
         outcome.metrics["tools/used"] = float(any(r.error is None for r in results))
