@@ -75,7 +75,7 @@ def test_missing_model_path_fails_at_start_up(
         (["lora.enabled=true", "backend.gradient_checkpointing=true", "lora.dropout=0.1"], "lora.dropout"),
         (["algorithm.loss.tis_cap=2"], "backend.old_logprobs=recompute"),
         (["trainer.steps=0"], "trainer.steps"),
-        (["data.task=nope"], "unknown built-in task 'nope'"),
+        (["data.task=nope"], "data.task='nope' is not a known dataset"),
         (["trainer.steps"], "not of the form key=value"),
         (["missing.yaml"], "config file 'missing.yaml' not found"),
     ],
@@ -199,7 +199,7 @@ def test_python_dash_m_rllm_help() -> None:
         [sys.executable, "-m", "rllm", "--help"], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert "{train,gateway,model,check-template,version}" in proc.stdout
+    assert "{train,eval,gateway,model,dataset,check-template,version}" in proc.stdout
 
 
 def test_console_script_reports_errors_in_one_line() -> None:

@@ -84,8 +84,9 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rllm.eval.datasets import eval_tasks
-    from rllm.eval.flows import INSTRUCTIONS, chat_flow, frozenlake_flow, reward_evaluator
+    from rllm.eval.flows import chat_flow, frozenlake_flow, reward_evaluator
     from rllm.eval.runner import EvalSpec, run_eval
+    from rllm.rewards.instructions import answer_instruction
     from rllm.rewards.registry import get_reward
 
     if args.base_url and not args.model:
@@ -100,7 +101,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         elif reward_name == "frozenlake":
             flow = frozenlake_flow
         else:
-            flow = chat_flow(INSTRUCTIONS.get(reward_name or ""), args.system_prompt)
+            flow = chat_flow(answer_instruction(reward_name), args.system_prompt)
         if args.evaluator:
             evaluator_fn = load_object(args.evaluator)
         elif flow is frozenlake_flow:

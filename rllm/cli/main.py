@@ -5,6 +5,7 @@
     rllm eval DATASET [--model M | --base-url URL --model NAME] [--k K] [--max-examples N] [--output PATH]
                                                score a model on a dataset: accuracy, pass@k (resumable)
     rllm model pull smollm2-135m | list        fetch and list the built-in models
+    rllm dataset list | pull | inspect | register | remove   manage datasets (built-in, local, hub catalog)
     rllm gateway --model MODEL [--port P] [--upstream URL ...] [--store PATH] [--api-key KEY]
                                                serve a model behind the trace-recording OpenAI gateway
     rllm check-template MODEL                  check a chat template for multi-turn token drift
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 
 from rllm import __version__
 from rllm.cli.check_template_cmd import add_check_template_parser
+from rllm.cli.dataset_cmd import add_dataset_parser
 from rllm.cli.eval_cmd import add_eval_parser
 from rllm.cli.gateway_cmd import add_gateway_parser
 from rllm.cli.model_cmd import add_model_parser
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
     subparsers = parser.add_subparsers(
-        dest="command", metavar="{train,eval,gateway,model,check-template,version}", required=True
+        dest="command", metavar="{train,eval,gateway,model,dataset,check-template,version}", required=True
     )
     train = add_train_parser(subparsers)
     # Also accepted after `train`; SUPPRESS keeps the subparser from overwriting `rllm --log-level X train`.
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(subparsers)
     add_gateway_parser(subparsers)
     add_model_parser(subparsers)
+    add_dataset_parser(subparsers)
     add_check_template_parser(subparsers)
     version = subparsers.add_parser("version", help="print the installed rllm version")
     version.set_defaults(func=_run_version)

@@ -7,6 +7,7 @@ held-out accuracy measures generalisation, not memorisation.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,17 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 _TEST_SEED_OFFSET = 1_000_003
 
 
+@functools.cache
+def _held_out_cap(name: str) -> int | None:
+    """A quarter of the distinct questions of a generator with few of them (``add`` has 100), else None.
+
+    Without a cap the held-out set of such a task would take every question, leaving none to train on.
+    The probe uses a fixed seed, so the cap (and with it the split) is the same in every call."""
+    rng = random.Random(20_241_130)
+    distinct = len({GENERATORS[name](rng)[0] for _ in range(4000)})
+    return distinct // 4 if distinct < 2000 else None
+
+
 def make_tasks(name: str, split: str, size: int, seed: int = 0) -> list[dict[str, Any]]:
     """Generate ``size`` tasks of kind ``name`` for ``split`` ("train" or "test")."""
     if name == "frozenlake":
@@ -74,6 +86,9 @@ def make_tasks(name: str, split: str, size: int, seed: int = 0) -> list[dict[str
     # Held-out questions are unique; the test set is the first `size` distinct questions of its stream.
     test: dict[str, str] = {}
     n_test = size if split == "test" else max(size // 4, 200)
+    cap = _held_out_cap(name)
+    if cap is not None:  # a small question space: hold out a quarter of it, whatever the sizes asked for
+        n_test = min(n_test, cap)
     attempts = 0
     while len(test) < n_test and attempts < 50 * n_test:
         q, a = gen(test_rng)

@@ -124,7 +124,9 @@ def _split_of(grid: list[str]) -> str:
 def frozenlake_tasks(
     split: str, n: int, *, seed: int = 0, sizes: tuple[int, ...] = (3, 4), p_frozen: float = 0.8
 ) -> list[dict[str, Any]]:
-    """``n`` distinct FrozenLake tasks for ``split`` ("train" or "test"), cycling through ``sizes``.
+    """``n`` distinct FrozenLake tasks for ``split`` ("train" or "test"), cycling through ``sizes``, as rows
+    of the common task schema: the map in ``metadata`` (``grid``, ``size``, ``p_frozen``, ``seed``,
+    ``shortest_path``), the map as text in ``question``, the fewest moves as ``ground_truth``.
 
     A map's split is a hash of the map itself, so a test map never appears in any train set, whatever
     ``seed`` or ``n``. ``seed`` picks which maps are drawn. ``shortest_path`` is the optimal episode length.
@@ -149,14 +151,16 @@ def frozenlake_tasks(
                 f"maps; ask for fewer tasks or use larger sizes"
             )
         seen.add(tuple(grid))
+        path = shortest_path_length(grid)
         tasks.append(
             {
                 "task_id": f"frozenlake-{split}-{size}x{size}-{map_seed}",
-                "size": size,
-                "p_frozen": p_frozen,
-                "seed": map_seed,
+                "question": "Walk from S to G on this FrozenLake map without stepping into a hole (H):\n"
+                            + "\n".join(grid),
+                "ground_truth": path,  # the fewest moves; the environment gives the reward
                 "data_source": "builtin/frozenlake",
-                "shortest_path": shortest_path_length(grid),
+                "metadata": {"size": size, "p_frozen": p_frozen, "seed": map_seed, "shortest_path": path,
+                             "grid": grid},
             }
         )
     return tasks
@@ -217,10 +221,16 @@ class FrozenLakeEnv(Env):
 
     @classmethod
     def from_task(cls, task: dict[str, Any]) -> FrozenLakeEnv:
-        """Build from a ``frozenlake_tasks`` row (``size``, ``p_frozen``, ``seed``; optional ``max_steps``,
-        ``is_slippery``, ``grid``); other keys such as ``shortest_path`` are bookkeeping."""
+        """Build from a task row: the map's ``grid`` (or ``size``, ``p_frozen``, ``seed``), and optional
+        ``max_steps``, ``is_slippery``, read from ``task["metadata"]`` (as ``frozenlake_tasks`` writes them)
+        or from the row itself (a hand-written task). A row naming no map is refused."""
         keys = ("size", "p_frozen", "seed", "max_steps", "is_slippery", "grid")
-        return cls(**{key: task[key] for key in keys if key in task})
+        source = {**task, **(task.get("metadata") or {})}
+        kwargs = {key: source[key] for key in keys if key in source}
+        if "grid" not in kwargs and "seed" not in kwargs:
+            raise ValueError(f"task {task.get('task_id', '?')!r} names no map: give metadata.grid, or "
+                             "metadata.size/p_frozen/seed")
+        return cls(**kwargs)
 
     def reset(self) -> tuple[str, dict[str, Any]]:
         self.position = self.start

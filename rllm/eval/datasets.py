@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-# Built-in procedural tasks: generated on the spot, so a test split of any size needs no download.
-_DEFAULT_SIZE = 200
-
 
 def eval_tasks(name: str, split: str, max_examples: int | None) -> tuple[list[dict[str, Any]], str | None]:
-    """``(rows, reward name)`` of dataset ``name``; ``"frozenlake"`` as the reward means the environment
-    itself scores each episode."""
-    from rllm.data.builtin import GENERATORS, make_tasks
+    """``(rows, reward name)`` of dataset ``name`` (built-in, registered, or pulled from the catalog);
+    ``"frozenlake"`` as the reward means the environment itself scores each episode."""
+    from rllm.data.catalog import CATALOG
+    from rllm.data.registry import DatasetRegistry
 
-    if name in GENERATORS:
-        return make_tasks(name, split, max_examples or _DEFAULT_SIZE), "number"
-    if name == "frozenlake":
-        return make_tasks(name, split, max_examples or 64), "frozenlake"
-    raise KeyError(f"unknown dataset {name!r}")
+    registry = DatasetRegistry()
+    if not registry.exists(name) and name in CATALOG:
+        raise KeyError(f"dataset {name!r} is in the catalog but not pulled yet: run `rllm dataset pull {name}` "
+                       "(needs the Hugging Face hub) or `rllm dataset register` a local copy")
+    info = registry.info(name)
+    rows = registry.load(name, split, limit=max_examples)
+    return rows, ("frozenlake" if name == "frozenlake" else info.reward)

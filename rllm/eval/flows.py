@@ -13,25 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.rewards.instructions import with_instruction
 from rllm.rewards.types import RewardFn, RewardResult
 from rllm.sdk.decorators import AgentConfig, EvalResult, Rollout, evaluator, rollout
 from rllm.types import Episode
-
-# What each reward needs the answer to look like, appended to the question unless it already says so.
-INSTRUCTIONS: dict[str, str] = {
-    "math": "Please reason step by step, and put your final answer within \\boxed{}.",
-    "code": "Write your solution as a complete Python program in one ```python code block.",
-    "multiple_choice": "Answer with the letter of the correct option.",
-    "exact_match": "End your reply with a line 'Answer: <short answer>'.",
-    "f1": "End your reply with a line 'Answer: <short answer>'.",
-}
-
-
-def with_instruction(question: str, instruction: str | None) -> str:
-    """``question`` followed by ``instruction``, unless the question already ends with it."""
-    if not instruction or instruction in question:
-        return question
-    return f"{question}\n\n{instruction}"
 
 
 def chat_flow(instruction: str | None = None, system_prompt: str | None = None) -> Rollout:

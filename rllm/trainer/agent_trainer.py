@@ -106,6 +106,7 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             "workflow.name=frozenlake and data.task=frozenlake go together: set both (or neither)"
         )
+    _check_dataset(cfg)
     if cfg.workflow.history_turns is not None and cfg.workflow.name != "frozenlake":
         raise UnsupportedConfigError(
             f"workflow.history_turns applies to the frozenlake workflow only, not {cfg.workflow.name}: drop it"
@@ -130,6 +131,27 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             )
 
 
+def _check_dataset(cfg: TrainConfig) -> None:
+    """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
+    from rllm.data.catalog import CATALOG
+    from rllm.data.registry import DatasetRegistry
+    from rllm.rewards.registry import reward_names
+
+    d, registry = cfg.data, DatasetRegistry()
+    if not registry.exists(d.task):
+        hint = (f"it is in the catalog: run `rllm dataset pull {d.task}` first" if d.task in CATALOG
+                else "see `rllm dataset list`")
+        raise UnsupportedConfigError(f"data.task={d.task!r} is not a known dataset: {hint}")
+    info = registry.info(d.task)
+    for key, split in (("train_split", d.train_split), ("test_split", d.test_split)):
+        if split not in info.splits:
+            raise UnsupportedConfigError(f"data.{key}={split!r}: dataset {d.task!r} has splits {', '.join(info.splits)}")
+    if d.reward is not None and d.reward not in reward_names():
+        raise UnsupportedConfigError(f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}")
+    if cfg.workflow.name != "frozenlake" and (d.reward or info.reward) is None:
+        raise UnsupportedConfigError(f"dataset {d.task!r} names no reward: set data.reward")
+
+
 class AgentTrainer:
     """Trains the policy behind ``workflow`` on ``train_tasks``; evaluates greedily on ``test_tasks``.
 
@@ -146,7 +168,7 @@ class AgentTrainer:
         test_tasks: list[dict[str, Any]] | None = None,
         reward_shaping: list[Shaper] | None = None,
     ) -> None:
-        from rllm.data.builtin import make_tasks
+        from rllm.data.registry import DatasetRegistry
         from rllm.models import resolve_model
         from rllm.sdk.decorators import Rollout
         from rllm.workflows.builtin import build_workflow
@@ -167,9 +189,14 @@ class AgentTrainer:
             )
         self.workflow = workflow or build_workflow(config)
         self.shapers = shapers_from_config(config) + list(reward_shaping or [])
-        d = config.data
-        self.train_tasks = train_tasks if train_tasks is not None else make_tasks(d.task, "train", d.train_size, config.trainer.seed)
-        self.test_tasks = test_tasks if test_tasks is not None else make_tasks(d.task, "test", d.test_size, config.trainer.seed)
+        d, seed = config.data, config.trainer.seed
+        if train_tasks is None or test_tasks is None:
+            datasets = DatasetRegistry()
+            if train_tasks is None:
+                train_tasks = datasets.load(d.task, d.train_split, limit=d.train_size, seed=seed)
+            if test_tasks is None:
+                test_tasks = datasets.load(d.task, d.test_split, limit=d.test_size, seed=seed)
+        self.train_tasks, self.test_tasks = train_tasks, test_tasks
         if not self.train_tasks:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
         self.run_dir = Path(config.trainer.run_dir) / config.trainer.name

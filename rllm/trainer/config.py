@@ -164,9 +164,19 @@ class WorkflowConfig(_Section):
 
 
 class DataConfig(_Section):
-    task: str = Field("larger", description="Built-in task: larger, smaller, add, multiply, count_letter, frozenlake.")
-    train_size: int = Field(20000, gt=0, description="Number of generated training tasks.")
-    test_size: int = Field(200, gt=0, description="Number of held-out test tasks.")
+    task: str = Field(
+        "larger", description="Dataset to train on: built-in (larger, smaller, add, multiply, count_letter, "
+        "countdown, code_problems, frozenlake), registered, or pulled from the catalog (rllm dataset list).",
+    )
+    train_split: str = Field("train", description="Split of data.task to train on.")
+    test_split: str = Field("test", description="Split of data.task for the held-out eval.")
+    train_size: int = Field(20000, gt=0, description="Most training tasks (a generated dataset makes this many).")
+    test_size: int = Field(200, gt=0, description="Most held-out test tasks.")
+    reward: str | None = Field(None, description="Reward that scores replies (docs/rewards.md); null: the dataset's.")
+    instruction: str = Field(
+        "auto", description="Appended to each question: auto (the answer format the reward reads, e.g. "
+        "\\boxed{} for math), '' (nothing), or your own text.",
+    )
     system_prompt: str | None = Field(None, description="Optional system message before each question.")
 
 

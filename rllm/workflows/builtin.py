@@ -24,13 +24,29 @@ def calculator_examples() -> list[dict[str, Any]]:
                             "call_ex2")]
 
 
+def dataset_reward_name(cfg: TrainConfig) -> str | None:
+    """The reward that scores ``data.task``: ``data.reward``, else the dataset's own (None: an environment
+    dataset such as frozenlake, whose workflow scores itself)."""
+    from rllm.data.registry import DatasetRegistry
+
+    return cfg.data.reward or DatasetRegistry().info(cfg.data.task).reward
+
+
 def build_workflow(cfg: TrainConfig) -> Any:
-    """The workflow ``cfg.workflow`` names, configured from ``cfg``."""
+    """The workflow ``cfg.workflow`` names, configured from ``cfg``: scored by the dataset's reward, with
+    the answer instruction of that reward after each question (``data.instruction``)."""
+    from rllm.rewards.instructions import answer_instruction
+    from rllm.rewards.registry import get_reward
+
     w = cfg.workflow
+    reward_name = None if w.name == "frozenlake" else dataset_reward_name(cfg)
+    reward_fn = get_reward(reward_name) if reward_name else None
+    instruction = answer_instruction(reward_name) if cfg.data.instruction == "auto" else cfg.data.instruction or None
+    scoring: dict[str, Any] = {"reward_fn": reward_fn, "instruction": instruction} if reward_fn else {}
     if w.name == "single_turn":
         from rllm.workflows.single_turn import SingleTurnWorkflow
 
-        return SingleTurnWorkflow(system_prompt=cfg.data.system_prompt)
+        return SingleTurnWorkflow(system_prompt=cfg.data.system_prompt, **scoring)
     if w.name == "tool_agent":
         from rllm.tools.builtin import calculator, make_python_tool
         from rllm.tools.tool import ToolRegistry
@@ -40,11 +56,11 @@ def build_workflow(cfg: TrainConfig) -> Any:
         registry = ToolRegistry([makers[name]() for name in w.tools], default_timeout_s=w.tool_timeout_s)
         examples = calculator_examples() if "calculator" in w.tools else []
         return ToolAgentWorkflow(registry, system_prompt=cfg.data.system_prompt or TOOL_SYSTEM_PROMPT,
-                                 examples=examples, max_turns=w.max_turns)
+                                 examples=examples, max_turns=w.max_turns, **scoring)
     if w.name == "solver_judge":
         from rllm.workflows.solver_judge import SolverJudgeWorkflow
 
-        return SolverJudgeWorkflow(n_solvers=w.n_solvers, solver_system_prompt=cfg.data.system_prompt)
+        return SolverJudgeWorkflow(n_solvers=w.n_solvers, solver_system_prompt=cfg.data.system_prompt, **scoring)
     if w.name == "frozenlake":
         from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv
         from rllm.workflows.multi_turn import MultiTurnWorkflow

@@ -4,30 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rllm.engine.context import Outcome, RolloutContext
 from rllm.rewards.basic import number_reward
+from rllm.rewards.instructions import with_instruction
 from rllm.rewards.types import RewardResult
 
 RewardFn = Callable[[dict[str, Any], str], Any]  # -> float | bool | Outcome | RewardResult, or awaitable of one
 
 
-class SingleTurnWorkflow:
-    """Ask ``task["question"]`` (or send ``task["messages"]``), score the reply with ``reward_fn``."""
+def question_messages(
+    task: dict[str, Any], *, system_prompt: str | None = None, instruction: str | None = None,
+    examples: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The opening messages of a task: its own ``task["messages"]``, else the optional system prompt,
+    worked ``examples``, and the question followed by the answer ``instruction``."""
+    if "messages" in task:
+        return list(task["messages"])
+    if "question" not in task:
+        raise KeyError(f"task {task.get('task_id', '?')!r} needs a 'question' or 'messages' field")
+    msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*msgs, *examples, {"role": "user", "content": with_instruction(str(task["question"]), instruction)}]
 
-    def __init__(self, reward_fn: RewardFn = number_reward, system_prompt: str | None = None) -> None:
+
+class SingleTurnWorkflow:
+    """Ask ``task["question"]`` (or send ``task["messages"]``), score the reply with ``reward_fn``.
+    ``instruction`` (e.g. "put your final answer within \\boxed{}") follows the question."""
+
+    def __init__(self, reward_fn: RewardFn = number_reward, system_prompt: str | None = None,
+                 instruction: str | None = None) -> None:
         self.reward_fn = reward_fn
         self.system_prompt = system_prompt
+        self.instruction = instruction
 
     def messages(self, task: dict[str, Any]) -> list[dict[str, Any]]:
-        if "messages" in task:
-            return list(task["messages"])
-        if "question" not in task:
-            raise KeyError("a single-turn task needs a 'question' or 'messages' field")
-        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return msgs + [{"role": "user", "content": str(task["question"])}]
+        return question_messages(task, system_prompt=self.system_prompt, instruction=self.instruction)
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         completion = await ctx.chat(self.messages(task))

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from rllm.engine.context import Outcome, RolloutContext
-from rllm.workflows.single_turn import RewardFn, number_reward, score
+from rllm.workflows.single_turn import RewardFn, number_reward, question_messages, score
 
 JUDGE_PROMPT = (
     "Question: {question}\n\n{solutions}\n\nWhich solution answers the question correctly? "
@@ -40,7 +40,7 @@ class SolverJudgeWorkflow:
 
     def __init__(
         self, n_solvers: int = 2, reward_fn: RewardFn = number_reward, *, solver_system_prompt: str | None = None,
-        judge_prompt: str = JUDGE_PROMPT, judge_max_tokens: int | None = None,
+        judge_prompt: str = JUDGE_PROMPT, judge_max_tokens: int | None = None, instruction: str | None = None,
     ) -> None:
         if n_solvers < 2:
             raise ValueError(f"a judge needs at least 2 solutions to pick from: n_solvers={n_solvers}")
@@ -49,10 +49,10 @@ class SolverJudgeWorkflow:
         self.solver_system_prompt = solver_system_prompt
         self.judge_prompt = judge_prompt
         self.judge_max_tokens = judge_max_tokens
+        self.instruction = instruction
 
     async def _solve(self, task: dict[str, Any], ctx: RolloutContext, i: int) -> str:
-        msgs = [{"role": "system", "content": self.solver_system_prompt}] if self.solver_system_prompt else []
-        msgs.append({"role": "user", "content": str(task["question"])})
+        msgs = question_messages(task, system_prompt=self.solver_system_prompt, instruction=self.instruction)
         return (await ctx.chat(msgs, trajectory="solver", key=f"solver#{i}")).text
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:

@@ -25,7 +25,7 @@ from rllm.engine.context import Outcome, RolloutContext
 from rllm.tools.parsers import get_tool_parser
 from rllm.tools.tool import Tool, ToolRegistry, ToolResult, tool_metrics
 from rllm.types import TerminationReason
-from rllm.workflows.single_turn import RewardFn, number_reward, score
+from rllm.workflows.single_turn import RewardFn, number_reward, question_messages, score
 
 
 def worked_example(question: str, tool: str, arguments: dict[str, Any], result: str, answer: str,
@@ -52,7 +52,7 @@ class ToolAgentWorkflow:
     def __init__(
         self, tools: ToolRegistry | Sequence[Tool | Callable[..., Any]], reward_fn: RewardFn = number_reward, *,
         system_prompt: str | None = None, examples: Sequence[dict[str, Any]] = (), max_turns: int = 4,
-        parser: str = "hermes", role: str = "default",
+        parser: str = "hermes", role: str = "default", instruction: str | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -65,10 +65,11 @@ class ToolAgentWorkflow:
         self.max_turns = max_turns
         self.parser = get_tool_parser(parser)
         self.role = role
+        self.instruction = instruction
 
     def messages(self, task: dict[str, Any]) -> list[dict[str, Any]]:
-        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return msgs + self.examples + [{"role": "user", "content": str(task["question"])}]
+        return question_messages(task, system_prompt=self.system_prompt, instruction=self.instruction,
+                                 examples=self.examples)
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         messages = self.messages(task)

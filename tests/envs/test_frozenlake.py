@@ -44,7 +44,7 @@ def test_tasks_train_and_test_are_disjoint_and_deterministic():
     assert frozenlake_tasks("test", 100) == test
 
     def grids(tasks):
-        return {tuple(generate_map(t["size"], t["p_frozen"], t["seed"])) for t in tasks}
+        return {tuple(t["metadata"]["grid"]) for t in tasks}
 
     train_grids, test_grids = grids(train), grids(test)
     assert len(train_grids) == 300 and len(test_grids) == 100  # distinct within a split
@@ -53,8 +53,10 @@ def test_tasks_train_and_test_are_disjoint_and_deterministic():
     assert not grids(frozenlake_tasks("test", 100, seed=1)) & train_grids
 
     task = test[0]
-    assert task["data_source"] == "builtin/frozenlake" and task["size"] == 3 and test[1]["size"] == 4
-    assert task["shortest_path"] == shortest_path_length(FrozenLakeEnv.from_task(task).grid)
+    meta = task["metadata"]
+    assert task["data_source"] == "builtin/frozenlake" and meta["size"] == 3 and test[1]["metadata"]["size"] == 4
+    assert meta["grid"] == generate_map(meta["size"], meta["p_frozen"], meta["seed"])
+    assert task["ground_truth"] == meta["shortest_path"] == shortest_path_length(FrozenLakeEnv.from_task(task).grid)
     with pytest.raises(ValueError, match="split"):
         frozenlake_tasks("val", 1)
 
@@ -67,7 +69,7 @@ def test_optimal_play_reaches_goal_in_shortest_path_steps():
         while not done:
             result = env.step(optimal_action(env.grid, info["position"]))
             total, steps, done, info = total + result.reward, steps + 1, result.done, result.info
-        assert (total, steps, info["result"], info["steps"]) == (1.0, task["shortest_path"], "goal", steps)
+        assert (total, steps, info["result"], info["steps"]) == (1.0, task["ground_truth"], "goal", steps)
         assert info["position"] == env.goal
 
 
@@ -169,6 +171,11 @@ def test_from_task_ignores_bookkeeping_keys():
     task = {"task_id": "x", "size": 5, "p_frozen": 0.8, "seed": 9, "data_source": "d", "shortest_path": 3}
     assert FrozenLakeEnv.from_task(task).grid == generate_map(5, 0.8, 9)
     assert FrozenLakeEnv.from_task({**task, "max_steps": 4}).max_steps == 4
+    row = {"task_id": "y", "metadata": {"grid": ["SF", "HG"], "max_steps": 2}}  # the schema row's place for them
+    env = FrozenLakeEnv.from_task(row)
+    assert env.grid == ["SF", "HG"] and env.max_steps == 2
+    with pytest.raises(ValueError, match="'z' names no map"):
+        FrozenLakeEnv.from_task({"task_id": "z", "question": "?"})
 
 
 @pytest.mark.parametrize(

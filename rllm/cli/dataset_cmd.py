@@ -1,0 +1,186 @@
+"""``rllm dataset``: list, pull, inspect, register and remove datasets.
+
+    rllm dataset list                               every dataset: built-in, local, and catalog (not pulled)
+    rllm dataset pull gsm8k [--force]               download a catalog benchmark and register it locally
+    rllm dataset pull gsm8k --file test=test.parquet   ... from a local copy of the hub's files
+    rllm dataset inspect gsm8k [--split test] [-n 3]   show a few rows
+    rllm dataset register mine data.jsonl [--split train] [--reward math] [--question-key q --answer-key a]
+    rllm dataset remove mine
+
+Each subcommand stores its handler as ``args.func``; a handler takes the parsed arguments and returns
+the process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rllm.data.registry import (
+    DatasetInfo,
+    DatasetNotFoundError,
+    DatasetRegistry,
+    InvalidTaskError,
+    builtin_datasets,
+)
+
+_SHOW_CHARS = 1500  # inspect shortens longer strings (LiveCodeBench tests, HotpotQA paragraphs)
+_USER_ERRORS = (DatasetNotFoundError, InvalidTaskError, ValueError, TypeError, KeyError, FileNotFoundError)
+
+
+def add_dataset_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``rllm dataset {list,pull,inspect,register,remove}`` on the top-level CLI's ``subparsers``."""
+    parser = subparsers.add_parser("dataset", help="list, pull, inspect, register and remove datasets")
+    commands = parser.add_subparsers(
+        dest="dataset_command", metavar="{list,pull,inspect,register,remove}", required=True
+    )
+
+    listing = commands.add_parser("list", help="list built-in, local and catalog datasets, one per line")
+    listing.set_defaults(func=run_dataset_list)
+
+    pull = commands.add_parser(
+        "pull", help="download a catalog benchmark from the Hugging Face hub and register it",
+        description="Download a benchmark of the catalog (see `rllm dataset list`), convert its rows to the "
+        "task schema and register every split locally. Runs once; later loads read the local copy.",
+    )
+    pull.add_argument("name", help="catalog dataset name")
+    pull.add_argument("--force", action="store_true", help="download and convert again")
+    pull.add_argument(
+        "--file", action="append", default=[], metavar="SPLIT=PATH",
+        help="read SPLIT from a local copy of the hub's file (parquet or JSONL, hub columns) instead of "
+        "downloading; repeat for several splits",
+    )
+    pull.set_defaults(func=run_dataset_pull)
+
+    inspect = commands.add_parser("inspect", help="show a dataset's details and a few rows")
+    inspect.add_argument("name")
+    inspect.add_argument("--split", default=None, help="split to show (default: train if present, else the first)")
+    inspect.add_argument("-n", type=int, default=3, help="rows to show (default 3)")
+    inspect.set_defaults(func=run_dataset_inspect)
+
+    register = commands.add_parser(
+        "register", help="register a JSONL, JSON, CSV or parquet file as a dataset split",
+        description="Register a file of records as split SPLIT of dataset NAME. The question comes from "
+        "--question-key (default: question, problem or prompt), the answer from --answer-key (default: "
+        "ground_truth or answer), the id from task_id or id; other columns go into metadata.",
+    )
+    register.add_argument("name")
+    register.add_argument("file")
+    register.add_argument("--split", default="train", help="split name (default train)")
+    register.add_argument("--reward", default=None, help="the reward that grades it (math, code, f1, ...)")
+    register.add_argument("--question-key", default=None, help="column holding the question")
+    register.add_argument("--answer-key", default=None, help="column holding the ground truth")
+    register.add_argument("--description", default=None, help="one line saying what the dataset is")
+    register.set_defaults(func=run_dataset_register)
+
+    remove = commands.add_parser("remove", help="delete a registered dataset and all its splits")
+    remove.add_argument("name")
+    remove.set_defaults(func=run_dataset_remove)
+    return parser
+
+
+def _error(err: BaseException) -> int:
+    # str(KeyError) quotes its message; print the message itself.
+    message = err.args[0] if isinstance(err, KeyError) and err.args else err
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def _splits_text(info: DatasetInfo) -> str:
+    if all(count is None for count in info.splits.values()):
+        return "/".join(info.splits) + " (generated)"
+    return " ".join(f"{split}={count}" for split, count in info.splits.items())
+
+
+def run_dataset_list(args: argparse.Namespace) -> int:
+    """One line per dataset: name, where it comes from, reward, splits, description (tab-separated)."""
+    from rllm.data.catalog import CATALOG
+
+    infos = DatasetRegistry().list()
+    local = {info.name for info in infos}
+    for info in infos:
+        where = info.kind if info.kind == "built-in" else "local"
+        about = info.description + (f" [{info.source}]" if info.kind == "local" and info.source else "")
+        print(f"{info.name}\t{where}\t{info.reward or '-'}\t{_splits_text(info)}\t{about}")
+    for entry in CATALOG.values():
+        if entry.name not in local:
+            print(f"{entry.name}\tcatalog (not pulled)\t{entry.reward}\t{'/'.join(entry.splits)}\t"
+                  f"{entry.description} [{entry.source}]")
+    return 0
+
+
+def run_dataset_pull(args: argparse.Namespace) -> int:
+    """Pull catalog dataset ``args.name`` and print its splits and directory."""
+    from rllm.data.catalog import CATALOG, DatasetPullError, pull
+
+    registry = DatasetRegistry()
+    if args.name not in CATALOG:
+        if args.name in builtin_datasets():
+            print(f"{args.name} is built-in: it is generated when loaded, there is nothing to pull", file=sys.stderr)
+            return 0
+        return _error(KeyError(f"{args.name!r} is not in the catalog: choose one of {', '.join(CATALOG)}"))
+    files = {}
+    for item in args.file:
+        split, sep, path = item.partition("=")
+        if not sep or not split or not path:
+            return _error(ValueError(f"--file takes SPLIT=PATH, got {item!r}"))
+        files[split] = path
+    try:
+        info = pull(args.name, registry=registry, force=args.force, files=files or None)
+    except (DatasetPullError, *_USER_ERRORS) as err:
+        return _error(err)
+    print(f"{info.name}: {_splits_text(info)} -> {info.path}")
+    return 0
+
+
+def run_dataset_inspect(args: argparse.Namespace) -> int:
+    """Print the dataset's details and its first ``args.n`` rows of ``args.split``."""
+    from rich.console import Console, Group
+    from rich.panel import Panel
+    from rich.pretty import Pretty
+    from rich.text import Text
+
+    registry = DatasetRegistry()
+    try:
+        info = registry.info(args.name)
+        split = args.split or ("train" if "train" in info.splits else next(iter(info.splits)))
+        rows = registry.load(args.name, split, limit=max(args.n, 0))
+    except _USER_ERRORS as err:
+        return _error(err)
+    console = Console()
+    console.print(f"[bold]{info.name}[/bold] ({info.kind}) reward={info.reward or '-'} splits: {_splits_text(info)}")
+    if info.description or info.source:
+        console.print(f"{info.description} [dim]{info.source}[/dim]".strip())
+    for row in rows:
+        question = row["question"] if len(row["question"]) <= _SHOW_CHARS else row["question"][:_SHOW_CHARS] + " ..."
+        body = Group(
+            Text(question),
+            Text("ground_truth", style="bold"), Pretty(row["ground_truth"], max_string=_SHOW_CHARS),
+            Text(f"data_source: {row['data_source']}", style="bold"),
+            Text("metadata", style="bold"), Pretty(row["metadata"], max_string=_SHOW_CHARS),
+        )
+        console.print(Panel(body, title=f"{split}: {row['task_id']}", title_align="left"))
+    return 0
+
+
+def run_dataset_register(args: argparse.Namespace) -> int:
+    """Register ``args.file`` as ``args.name``/``args.split``."""
+    try:
+        info = DatasetRegistry().register_file(
+            args.name, args.file, args.split, question_key=args.question_key, answer_key=args.answer_key,
+            reward=args.reward, description=args.description,
+        )
+    except _USER_ERRORS as err:
+        return _error(err)
+    print(f"{info.name}: {_splits_text(info)} -> {info.path}")
+    return 0
+
+
+def run_dataset_remove(args: argparse.Namespace) -> int:
+    """Delete registered dataset ``args.name``."""
+    try:
+        DatasetRegistry().remove(args.name)
+    except _USER_ERRORS as err:
+        return _error(err)
+    print(f"removed {args.name}")
+    return 0

@@ -1,0 +1,524 @@
+"""The math reward: read the final answer out of a response and grade it against the reference.
+
+    from rllm.rewards.math import extract_answer, grade_answer, make_math_reward, math_reward
+
+    extract_answer("<think>...</think> so the area is $\\boxed{\\frac12}$.")  # '\\frac12'
+    grade_answer("\\frac12", "0.5")                                          # True
+    math_reward({"task_id": "t1", "ground_truth": "1/2"}, response)           # RewardResult(1.0, True, {...})
+
+Equivalence is decided by math_verify (LaTeX and plain text to sympy, then string, numeric and symbolic
+comparison) after a small normalisation of forms it does not read (``90°``, ``1.5e3``, ``1\\,000``,
+``5 dollars``, a trailing period).
+
+Numeric tolerance: math_verify matches a decimal with a number when both round to the same 6 decimal
+places, and numeric expressions when their difference is 0 to 15 digits; we add that two numbers more
+than 1e-3 apart, relatively, never match (without it 6 decimal places call ``1e-8`` and ``2e-8`` equal,
+and the 15-digit check ``1.6e-19`` and ``3.2e-19``). ``0.333333`` is ``1/3``; ``0.33`` is not. Integers
+and fractions against each other are compared exactly, symbolic forms by sympy's simplification.
+
+Time bound: grading can explode (``2^{2^{2^{100}}}``, ``(10^{10})!``), so each ``grade_answer`` call as a
+whole (parsing both sides and every comparison) is bounded by ``timeout_s``; a timeout counts as wrong.
+
+* On the main thread the grading runs in-process under an ``ITIMER_REAL`` alarm: the mechanism of
+  math_verify's own timeouts, but for the whole call, at float resolution, and restoring any alarm the
+  caller had set (math_verify's are per comparison, in whole seconds, and cancel the caller's alarm).
+  CPython checks signals inside long-integer arithmetic, so even a giant ``pow`` is interrupted.
+* Off the main thread signals cannot be used, and nothing in-process can stop a giant ``pow``: an
+  exception injected into the thread waits for the C loop to finish, which holds the GIL and so stalls
+  every other thread too. There the grading runs in a pool of worker processes (started on first use,
+  kept warm, at most ``_POOL_SIZE``), each applying the same alarm itself, and killed if it has not
+  answered ``_KILL_GRACE_S`` after the deadline. Worker start-up (a few seconds: sympy) is not counted
+  in ``timeout_s``; callers beyond the pool size wait for a free worker.
+* Either way sympy's first-use imports (``_warm_up``) happen once per process, before any deadline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import logging
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import math_verify.grader
+import math_verify.parser
+import sympy
+from math_verify import LatexExtractionConfig, parse, verify
+
+from rllm.rewards.text import strip_thinking
+from rllm.rewards.types import RewardFn, RewardResult
+
+logger = logging.getLogger(__name__)
+
+# We bound time ourselves (module docstring) and call math_verify with its signal timeouts off; this
+# silences its once-per-process warning that they are off.
+math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+
+_MAX_ANSWER_CHARS = 1000  # longer "answers" are not graded: no final answer is that long
+_REL_TOL = 1e-3
+_KILL_GRACE_S = 0.5
+_STARTUP_TIMEOUT_S = 60.0
+_POOL_SIZE = max(1, min(8, os.cpu_count() or 1))
+
+# --- Extraction -------------------------------------------------------------------------------------
+
+
+class _Found(NamedTuple):
+    answer: str | None
+    source: str | None  # "boxed", "answer_line", "gsm8k", "last_number"
+    reason: str | None  # when there is no answer: "no_answer", "unclosed_think"
+
+
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+# What may separate boxes that together state one answer: "\boxed{1}, \boxed{2}", "$\boxed{1}$ or $\boxed{2}$"
+_LIST_GAP = re.compile(r"[\s$,;]*(?:(?:and|or|\\text\{\s*(?:and|or)\s*\}|\\q?quad)[\s$,;]*)?")
+_ANSWER_MARK = re.compile(r"\banswer\b[ \t]*(?:is\b[ \t]*:?|:)", re.IGNORECASE)
+_GSM8K_MARK = re.compile(r"####")
+_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_SENTENCE_END = re.compile(r"\.(?:\s|$)")
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer stated in a response, as written, or None.
+
+    Read only after ``</think>`` (an unclosed ``<think>`` means no answer), from the first of: the last
+    ``\\boxed{...}`` / ``\\fbox{...}`` (boxes separated only by commas, "and" or "or" form one answer,
+    ``"1, 2"``); the last "Answer: X" / "The answer is X" / "final answer is X"; GSM8K's last ``#### X``;
+    the last number.
+    """
+    return _extract(text).answer
+
+
+def _extract(response: str) -> _Found:
+    text = strip_thinking(response)
+    if text is None:
+        return _Found(None, None, "unclosed_think")
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return _Found(boxed, "boxed", None)
+    for source, mark in (("answer_line", _ANSWER_MARK), ("gsm8k", _GSM8K_MARK)):
+        marks = list(mark.finditer(text))
+        answer = _clean_tail(text[marks[-1].end() :].split("\n", 1)[0]) if marks else ""
+        if answer:
+            return _Found(answer, source, None)
+    numbers = _NUMBER.findall(text)
+    if numbers:
+        return _Found(numbers[-1], "last_number", None)
+    return _Found(None, None, "no_answer")
+
+
+def _last_boxed(text: str) -> str | None:
+    pairs = _brace_pairs(text) if _BOX.search(text) else {}
+    boxes = [box for match in _BOX.finditer(text) if (box := _read_box(match, pairs)) is not None]
+    if not boxes:
+        return None
+    start, _, content = boxes[-1]
+    contents = [content]
+    for prev_start, prev_end, prev_content in reversed(boxes[:-1]):
+        if not _LIST_GAP.fullmatch(text, prev_end, start):
+            break
+        contents.insert(0, prev_content)
+        start = prev_start
+    return ", ".join(dict.fromkeys(contents))  # "\boxed{5} \boxed{5}" is one answer, 5
+
+
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """The position of each ``{`` in ``text`` mapped to that of its ``}`` (one pass; ``\\{`` and ``\\}``
+    are characters, not groups)."""
+    pairs: dict[int, int] = {}
+    opened: list[int] = []
+    for token in _BRACE_TOKEN.finditer(text):
+        if token.group() == "{":
+            opened.append(token.start())
+        elif token.group() == "}" and opened:
+            pairs[opened.pop()] = token.start()
+    return pairs
+
+
+def _read_box(match: re.Match[str], pairs: dict[int, int]) -> tuple[int, int, str] | None:
+    """(start, end, content) of the box whose command ``match`` found; None if empty or never closed."""
+    text, pos = match.string, match.end()
+    while pos < len(text) and text[pos] in " \t":
+        pos += 1
+    if pos < len(text) and text[pos] == "{":
+        close = pairs.get(pos, pos)  # never closed: no content
+        content = text[pos + 1 : close].strip()
+        return (match.start(), close + 1, content) if content else None
+    # "\boxed 5": the rest of the word
+    end = pos
+    while end < len(text) and not text[end].isspace() and text[end] != "$":
+        end += 1
+    content = text[pos:end].rstrip(".,;")
+    return (match.start(), end, content) if content else None
+
+
+def _clean_tail(tail: str) -> str:
+    """The answer in what follows "Answer:" on its line: a math span if it starts with one, else the
+    text up to the end of the sentence."""
+    tail = tail.strip().strip("*").strip()
+    for left, right in _MATH_SPANS:
+        if tail.startswith(left):
+            end = tail.find(right, len(left))
+            if end > len(left):
+                return tail[len(left) : end].strip()
+    end = _SENTENCE_END.search(tail)
+    return (tail[: end.start()] if end else tail).strip().rstrip(".").strip()
+
+
+# --- Grading ----------------------------------------------------------------------------------------
+
+
+def grade_answer(prediction: str, ground_truth: str, *, timeout_s: float = 5.0) -> bool:
+    """True when ``prediction`` is mathematically the same answer as ``ground_truth`` (see the module
+    docstring for forms, tolerance and time bound). Never raises on a bad prediction: an empty,
+    over-long, unparsable or too slow one is False."""
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    return _grade(prediction, (str(ground_truth),), timeout_s) == "correct"
+
+
+def _grade(prediction: str, ground_truths: Sequence[str], timeout_s: float) -> str:
+    """"correct", "wrong", "too_long", "timeout" or "grader_error"."""
+    if not prediction.strip():
+        return "wrong"
+    if len(prediction) > _MAX_ANSWER_CHARS:
+        return "too_long"
+    if threading.current_thread() is threading.main_thread():
+        _warm_up()
+        try:
+            return _with_alarm(lambda: _compare(prediction, ground_truths), timeout_s)
+        except ValueError:  # signals unavailable here after all (a subinterpreter): use a worker process
+            pass
+    return _get_pool().grade(prediction, list(ground_truths), timeout_s)
+
+
+@functools.cache
+def _warm_up() -> None:
+    """sympy imports much of itself on first use (about 1.5 s): pay that once, outside any deadline, or
+    a process's first correct answer could time out on a busy machine."""
+    for prediction, truth in [("x^2+2x+1", "(x+1)^2"), ("\\sqrt{3}", "1.7320508"), ("x > 1", "(1, \\infty)"),
+                              ("\\{1,2\\}", "(1,2)"), ("50\\%", "0.5")]:
+        _compare(prediction, (truth,))
+
+
+def _compare(prediction: str, ground_truths: Sequence[str]) -> str:
+    try:
+        predicted = _parse(prediction)
+        for truth in ground_truths:
+            for gold in _parse(truth):
+                for pred in predicted:
+                    if _verify(gold, pred):
+                        return "correct"
+        return "wrong"
+    except Exception:
+        logger.warning("math grading failed on %.200r; counted as wrong", prediction, exc_info=True)
+        return "grader_error"
+
+
+def _verify(gold: Any, pred: Any) -> bool:
+    same = verify(gold, pred, float_rounding=6, strict=True, allow_set_relation_comp=True, timeout_seconds=None)
+    if not same or not isinstance(gold, sympy.Basic) or not isinstance(pred, sympy.Basic):
+        return same
+    gold_values, pred_values = _real_values(gold), _real_values(pred)
+    if not gold_values or not pred_values:
+        return True  # not plain numbers: math_verify's verdict stands
+    return any(abs(g - p) <= _REL_TOL * max(abs(g), abs(p)) for g in gold_values for p in pred_values)
+
+
+_PERCENT = sympy.UnevaluatedExpr(sympy.Rational(1, 100))
+
+
+def _real_values(expr: sympy.Basic) -> list[sympy.Float]:
+    """The finite real values ``expr`` may stand for (``50%`` may mean 0.5 or 50), or [] when it is not
+    a plain number (a set, a relation, an expression in symbols, complex, infinite)."""
+    if isinstance(expr, sympy.Eq):  # "x = 0.5" is graded as 0.5
+        expr = expr.rhs
+    if not isinstance(expr, sympy.Expr) or not expr.is_number:
+        return []
+    forms = [expr]
+    if isinstance(expr, sympy.Mul) and _PERCENT in expr.args:
+        forms.append(sympy.Mul(*(arg for arg in expr.args if arg != _PERCENT)))
+    values = [form.doit().evalf(30) for form in forms]
+    return [value for value in values if isinstance(value, sympy.Float) and value.is_finite]
+
+
+_LATEX_ONLY = [LatexExtractionConfig(boxed_match_priority=0)]
+_UNICODE = {
+    "−": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ",
+    "°": "^\\circ", "≤": "\\le ", "≥": "\\ge ", "€": "", "£": "", "¥": "", "₹": "",
+}
+_SCIENTIFIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)")
+_GROUP_SPACE = re.compile(r"(?<=\d)(?:\\,|\\!|\\ |\\thinspace|\u2009|\u202f)(?=\d{3}(?!\d))")
+_PLAIN_CONSTANTS = re.compile(r"(?<![\\A-Za-z])(pi|infty)(?![A-Za-z])")  # "2 pi"
+_PLAIN_SQRT = re.compile(r"(?<![\\A-Za-z])sqrt\(([^()]*)\)")  # "sqrt(2)"
+_PERCENT_WORD = re.compile(r"(?<=\d)\s*(?:percent|per cent)\b", re.IGNORECASE)
+_UNIT_WORDS = re.compile(
+    r"(.*?\d(?:\s*\\?%)?)\s*(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*([A-Za-z][A-Za-z .]*)\}|\s([A-Za-z][A-Za-z .]*))"
+)
+# Words after a number that are mathematics, not a unit ("5 or six", "2 pi")
+_NOT_UNITS = frozenset({"or", "and", "pi", "inf", "infinity", "sqrt", "mod", "times", "plus", "minus", "over", "to"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(answer: str) -> tuple[Any, ...]:
+    """math_verify's reading of one answer: the sympy object, and/or its normalised string."""
+    return tuple(parse(f"\\boxed{{{_normalize(answer)}}}", _LATEX_ONLY, parsing_timeout=None))
+
+
+def _normalize(answer: str) -> str:
+    """Rewrite the forms math_verify misreads into ones it reads; the answer's meaning is unchanged."""
+    text = answer.strip()
+    for left, right in _MATH_SPANS:
+        if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
+            text = text[len(left) : len(text) - len(right)].strip()
+            break
+    for old, new in _UNICODE.items():
+        text = text.replace(old, new)
+    text = text.strip().strip("*").rstrip(".").strip()  # markdown bold, a full stop
+    text = _GROUP_SPACE.sub("", text)
+    text = _PERCENT_WORD.sub("\\%", text)
+    text = _PLAIN_CONSTANTS.sub(r"\\\1 ", text)
+    text = _PLAIN_SQRT.sub(r"\\sqrt{\1}", text).replace("**", "^")  # plain-text and Python notation
+    if match := _SCIENTIFIC.fullmatch(text):
+        text = f"{match[1]}\\times10^{{{match[2]}}}"
+    if match := _UNIT_WORDS.fullmatch(text):
+        words = (match[2] or match[3]).replace(".", " ").lower().split()
+        if words and all(len(word) > 1 and word not in _NOT_UNITS for word in words):
+            text = match[1]
+    return text
+
+
+# --- Time bound -------------------------------------------------------------------------------------
+
+
+class _Deadline(BaseException):
+    """Raised into the grading when its time is up; a BaseException so that no ``except Exception`` in
+    sympy swallows it."""
+
+
+def _with_alarm(grade: Callable[[], str], timeout_s: float) -> str:
+    """``grade()``, or "timeout" once ``timeout_s`` has passed. Main thread only."""
+    armed = True
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        if armed:
+            raise _Deadline
+
+    old_handler = signal.signal(signal.SIGALRM, on_alarm)
+    start = time.monotonic()
+    # The alarm repeats every 50 ms after the deadline, in case library code catches the first one.
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, timeout_s, 0.05)
+    try:
+        try:
+            return grade()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            armed = False  # a signal already on its way is now a no-op
+    except _Deadline:
+        return "timeout"
+    finally:
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay > 0:  # the caller's own alarm, less the time we took
+            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-3), old_interval)
+
+
+_WORKER_ARGV = [sys.executable, "-c", "from rllm.rewards.math import _serve_worker; _serve_worker()"]
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class _Worker:
+    """One grading process: a JSON request per line on its stdin, a JSON verdict per line on its stdout."""
+
+    def __init__(self, argv: list[str]) -> None:
+        path = os.pathsep.join(filter(None, [_PACKAGE_PARENT, os.environ.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=_PACKAGE_PARENT,
+            env={**os.environ, "PYTHONPATH": path},  # the worker imports this very module
+            start_new_session=True,  # Ctrl-C reaches the trainer, not its graders (they exit on EOF)
+        )
+        try:
+            if self._read_line(_STARTUP_TIMEOUT_S) != "ready":
+                raise OSError(f"the math grading worker did not start within {_STARTUP_TIMEOUT_S:.0f} s")
+        except BaseException:
+            self.close()
+            raise
+
+    def ask(self, request: dict[str, Any], wait_s: float) -> str | None:
+        """The worker's verdict, or None if it has not answered within ``wait_s``."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        line = self._read_line(wait_s)
+        return None if line is None else str(json.loads(line))
+
+    def _read_line(self, wait_s: float) -> str | None:
+        assert self.proc.stdout is not None
+        poller = select.poll()  # not select.select: a trainer may hold more than 1024 file descriptors
+        poller.register(self.proc.stdout, select.POLLIN)
+        if not poller.poll(max(wait_s, 0.0) * 1000):
+            return None
+        line = self.proc.stdout.readline()  # unbuffered: reads exactly this line
+        if not line:
+            raise OSError(f"the math grading worker exited (code {self.proc.poll()})")
+        return line.decode().strip()
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in filter(None, (self.proc.stdin, self.proc.stdout)):
+            pipe.close()
+
+
+class _WorkerPool:
+    """Grading processes for callers off the main thread; a worker that misses its deadline is killed."""
+
+    def __init__(self, size: int, argv: list[str]) -> None:
+        self.pid = os.getpid()
+        self._argv = argv
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def grade(self, prediction: str, ground_truths: list[str], timeout_s: float) -> str:
+        request = {"prediction": prediction, "ground_truths": ground_truths, "timeout_s": timeout_s}
+        with self._slots:
+            with self._lock:
+                worker = self._idle.pop() if self._idle else None
+            if worker is not None and worker.proc.poll() is not None:  # it died while idle (OOM killer...)
+                worker.close()
+                worker = None
+            try:
+                worker = worker or _Worker(self._argv)
+                verdict = worker.ask(request, timeout_s + _KILL_GRACE_S)
+            except BaseException as error:
+                if worker is not None:
+                    worker.close()
+                if not isinstance(error, (OSError, ValueError)):  # could not start, died, answered garbage
+                    raise
+                logger.warning("math grading worker failed (%s); the answer counts as wrong", error)
+                return "grader_error"
+            if verdict is None:
+                worker.close()
+                return "timeout"
+            with self._lock:
+                self._idle.append(worker)
+            return verdict
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+
+_pool: _WorkerPool | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> _WorkerPool:
+    global _pool
+    with _pool_lock:
+        # after a fork the inherited pool's workers belong to the parent: start our own
+        if _pool is None or _pool.pid != os.getpid():
+            _pool = _WorkerPool(_POOL_SIZE, _WORKER_ARGV)
+        return _pool
+
+
+@atexit.register
+def _close_pool() -> None:
+    if _pool is not None and _pool.pid == os.getpid():
+        _pool.close()
+
+
+def _serve_worker() -> None:
+    """Main loop of a grading worker process (``_WORKER_ARGV``); it exits when the trainer closes its stdin."""
+    protocol = sys.stdout
+    sys.stdout = sys.stderr  # a stray print must not corrupt the protocol
+    _warm_up()
+    protocol.write("ready\n")
+    protocol.flush()
+    for line in sys.stdin:
+        request = json.loads(line)
+        grade = functools.partial(_compare, request["prediction"], request["ground_truths"])
+        verdict = _with_alarm(grade, request["timeout_s"])
+        protocol.write(json.dumps(verdict) + "\n")
+        protocol.flush()
+
+
+# --- Reward -----------------------------------------------------------------------------------------
+
+
+def make_math_reward(*, format_reward: float = 0.0, require_boxed: bool = False, timeout_s: float = 5.0) -> RewardFn:
+    """A math reward function: 1.0 for a correct final answer; ``format_reward`` for a wrong one that is
+    well formed (in ``\\boxed{}``, after a closed think block if any); else 0.0. With ``require_boxed`` an
+    answer that is not boxed scores 0 whatever it says. Rewards lie in [0, 1], as countdown's do; the
+    registered ``math`` uses ``format_reward=0``, so its reward is the accuracy.
+
+    ``info``: ``extracted`` (the answer as written, or None), ``source`` (where it was found: "boxed",
+    "answer_line", "gsm8k", "last_number"), ``format_ok`` and ``reason``: "correct", "wrong",
+    "no_answer", "unclosed_think", "not_boxed", "timeout", "too_long" (over 1,000 characters) or
+    "grader_error".
+    """
+    if not 0.0 <= format_reward < 1.0:
+        raise ValueError(f"format_reward must be in [0, 1), got {format_reward}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+
+    def reward(task: dict[str, Any], response: str) -> RewardResult:
+        ground_truths = _ground_truths(task)
+        found = _extract(response if isinstance(response, str) else "")
+        format_ok = found.source == "boxed"
+        if found.answer is None:
+            reason = found.reason or "no_answer"
+        elif require_boxed and not format_ok:
+            reason = "not_boxed"
+        else:
+            reason = _grade(found.answer, ground_truths, timeout_s)
+        correct = reason == "correct"
+        return RewardResult(
+            reward=1.0 if correct else format_reward if format_ok else 0.0,
+            is_correct=correct,
+            info={"extracted": found.answer, "source": found.source, "format_ok": format_ok, "reason": reason},
+        )
+
+    return reward
+
+
+def _ground_truths(task: dict[str, Any]) -> tuple[str, ...]:
+    """The accepted reference answers of a task, as strings; ValueError if there is none."""
+    truth = task.get("ground_truth")
+    truths = truth if isinstance(truth, (list, tuple)) else [truth]
+    texts = [_reference_text(item) for item in truths]
+    if not texts or None in texts:
+        raise ValueError(
+            f"math task {task.get('task_id', '?')!r} has no usable ground_truth ({truth!r}): give the reference "
+            "answer as a non-empty string, a number, or a list of them (any one accepted)"
+        )
+    return tuple(text for text in texts if text is not None)
+
+
+def _reference_text(item: Any) -> str | None:
+    if isinstance(item, int) and not isinstance(item, bool):
+        return str(item)
+    if isinstance(item, float) and math.isfinite(item):
+        return repr(item)
+    return item if isinstance(item, str) and item.strip() else None
+
+
+math_reward: RewardFn = make_math_reward()
+"""The registered ``math`` reward: 1.0 for a correct final answer, 0.0 otherwise (``make_math_reward()``)."""
