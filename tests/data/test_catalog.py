@@ -249,6 +249,10 @@ def test_hotpotqa() -> None:
     }
     (task,) = convert("hotpotqa", [row])
     assert (task["task_id"], task["ground_truth"]) == ("5a7a06935542990198eaf050", "Arthur's Magazine")
+    assert task["question"] == (
+        "Radio City (Indian radio station): Radio City is India's first private FM radio station. It was started "
+        "on 3 July 2001.\n\nArthur's Magazine: Arthur's Magazine (1844–1846) was an American literary periodical."
+        "\n\nQuestion: Which magazine was started first Arthur's Magazine or First for Women?")
     assert task["metadata"]["context"] == [
         {"title": "Radio City (Indian radio station)",
          "text": "Radio City is India's first private FM radio station. It was started on 3 July 2001."},

@@ -22,12 +22,15 @@ def multiple_choice_question(question: str, choices: list[str]) -> str:
 def hotpotqa(row: dict[str, Any]) -> dict[str, Any]:
     """hotpotqa/hotpot_qa (distractor): ``id``, ``question``, ``answer``, ``type``, ``level``,
     ``supporting_facts`` ({"title": [...], "sent_id": [...]}), ``context`` ({"title": [...],
-    "sentences": [[...], ...]}). The ten paragraphs go to ``metadata.context`` as {"title", "text"}."""
+    "sentences": [[...], ...]}). The ten paragraphs (two with the facts, eight distractors) come before the
+    question, as the distractor setting intends, and also go to ``metadata.context`` as {"title", "text"}."""
     context = row["context"]
     facts = row["supporting_facts"]
+    paragraphs = "\n\n".join(f"{title}: {''.join(sentences)}"
+                               for title, sentences in zip(context["title"], context["sentences"]))
     return {
         "task_id": row["id"],
-        "question": row["question"],
+        "question": f"{paragraphs}\n\nQuestion: {row['question']}",
         "ground_truth": row["answer"],
         "metadata": {
             "type": row.get("type"), "level": row.get("level"),
