@@ -74,7 +74,7 @@ def make_code_reward(
     settings = _Settings.of(timeout_s, memory_mb, max_parallel, isolation)
 
     def reward(task: dict[str, Any], response: str) -> RewardResult:
-        return sandbox._run_blocking(_grade(task, response, settings))
+        return sandbox.run_blocking(_grade(task, response, settings))
 
     return reward
 

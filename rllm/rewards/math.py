@@ -18,37 +18,18 @@ and fractions against each other are compared exactly, symbolic forms by sympy's
 
 Time bound: grading can explode (``2^{2^{2^{100}}}``, ``(10^{10})!``), so each ``grade_answer`` call as a
 whole (parsing both sides and every comparison) is bounded by ``timeout_s``; a timeout counts as wrong.
-
-* On the main thread the grading runs in-process under an ``ITIMER_REAL`` alarm: the mechanism of
-  math_verify's own timeouts, but for the whole call, at float resolution, and restoring any alarm the
-  caller had set (math_verify's are per comparison, in whole seconds, and cancel the caller's alarm).
-  CPython checks signals inside long-integer arithmetic, so even a giant ``pow`` is interrupted.
-* Off the main thread signals cannot be used, and nothing in-process can stop a giant ``pow``: an
-  exception injected into the thread waits for the C loop to finish, which holds the GIL and so stalls
-  every other thread too. There the grading runs in a pool of worker processes (started on first use,
-  kept warm, at most ``_POOL_SIZE``), each applying the same alarm itself, and killed if it has not
-  answered ``_KILL_GRACE_S`` after the deadline. Worker start-up (a few seconds: sympy) is not counted
-  in ``timeout_s``; callers beyond the pool size wait for a free worker.
-* Either way sympy's first-use imports (``_warm_up``) happen once per process, before any deadline.
+``rllm.rewards._bounded`` enforces it: an ``ITIMER_REAL`` alarm on the main thread (restoring any alarm the
+caller had set), a pool of warm worker processes, killed when late, off it; sympy's first-use imports
+(``_warm_up``) happen once per process, before any deadline.
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
-import json
 import logging
 import math
-import os
 import re
-import select
-import signal
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import math_verify.grader
@@ -56,6 +37,7 @@ import math_verify.parser
 import sympy
 from math_verify import LatexExtractionConfig, parse, verify
 
+from rllm.rewards._bounded import WorkerFailed, call_bounded
 from rllm.rewards.text import strip_thinking
 from rllm.rewards.types import RewardFn, RewardResult
 
@@ -68,9 +50,6 @@ math_verify.parser.TIMEOUT_WARNING_SHOWN = True
 
 _MAX_ANSWER_CHARS = 1000  # longer "answers" are not graded: no final answer is that long
 _REL_TOL = 1e-3
-_KILL_GRACE_S = 0.5
-_STARTUP_TIMEOUT_S = 60.0
-_POOL_SIZE = max(1, min(8, os.cpu_count() or 1))
 
 # --- Extraction -------------------------------------------------------------------------------------
 
@@ -199,13 +178,13 @@ def _grade(prediction: str, ground_truths: Sequence[str], timeout_s: float) -> s
         return "wrong"
     if len(prediction) > _MAX_ANSWER_CHARS:
         return "too_long"
-    if threading.current_thread() is threading.main_thread():
-        _warm_up()
-        try:
-            return _with_alarm(lambda: _compare(prediction, ground_truths), timeout_s)
-        except ValueError:  # signals unavailable here after all (a subinterpreter): use a worker process
-            pass
-    return _get_pool().grade(prediction, list(ground_truths), timeout_s)
+    try:
+        return call_bounded(_compare, (prediction, list(ground_truths)), timeout_s, warm_up=_warm_up)
+    except TimeoutError:
+        return "timeout"
+    except WorkerFailed as error:
+        logger.warning("math grading worker failed (%s); the answer counts as wrong", error)
+        return "grader_error"
 
 
 @functools.cache
@@ -302,162 +281,6 @@ def _normalize(answer: str) -> str:
         if words and all(len(word) > 1 and word not in _NOT_UNITS for word in words):
             text = match[1]
     return text
-
-
-# --- Time bound -------------------------------------------------------------------------------------
-
-
-class _Deadline(BaseException):
-    """Raised into the grading when its time is up; a BaseException so that no ``except Exception`` in
-    sympy swallows it."""
-
-
-def _with_alarm(grade: Callable[[], str], timeout_s: float) -> str:
-    """``grade()``, or "timeout" once ``timeout_s`` has passed. Main thread only."""
-    armed = True
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        if armed:
-            raise _Deadline
-
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    start = time.monotonic()
-    # The alarm repeats every 50 ms after the deadline, in case library code catches the first one.
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, timeout_s, 0.05)
-    try:
-        try:
-            return grade()
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            armed = False  # a signal already on its way is now a no-op
-    except _Deadline:
-        return "timeout"
-    finally:
-        signal.signal(signal.SIGALRM, old_handler)
-        if old_delay > 0:  # the caller's own alarm, less the time we took
-            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-3), old_interval)
-
-
-_WORKER_ARGV = [sys.executable, "-c", "from rllm.rewards.math import _serve_worker; _serve_worker()"]
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-
-
-class _Worker:
-    """One grading process: a JSON request per line on its stdin, a JSON verdict per line on its stdout."""
-
-    def __init__(self, argv: list[str]) -> None:
-        path = os.pathsep.join(filter(None, [_PACKAGE_PARENT, os.environ.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=_PACKAGE_PARENT,
-            env={**os.environ, "PYTHONPATH": path},  # the worker imports this very module
-            start_new_session=True,  # Ctrl-C reaches the trainer, not its graders (they exit on EOF)
-        )
-        try:
-            if self._read_line(_STARTUP_TIMEOUT_S) != "ready":
-                raise OSError(f"the math grading worker did not start within {_STARTUP_TIMEOUT_S:.0f} s")
-        except BaseException:
-            self.close()
-            raise
-
-    def ask(self, request: dict[str, Any], wait_s: float) -> str | None:
-        """The worker's verdict, or None if it has not answered within ``wait_s``."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-        line = self._read_line(wait_s)
-        return None if line is None else str(json.loads(line))
-
-    def _read_line(self, wait_s: float) -> str | None:
-        assert self.proc.stdout is not None
-        poller = select.poll()  # not select.select: a trainer may hold more than 1024 file descriptors
-        poller.register(self.proc.stdout, select.POLLIN)
-        if not poller.poll(max(wait_s, 0.0) * 1000):
-            return None
-        line = self.proc.stdout.readline()  # unbuffered: reads exactly this line
-        if not line:
-            raise OSError(f"the math grading worker exited (code {self.proc.poll()})")
-        return line.decode().strip()
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        for pipe in filter(None, (self.proc.stdin, self.proc.stdout)):
-            pipe.close()
-
-
-class _WorkerPool:
-    """Grading processes for callers off the main thread; a worker that misses its deadline is killed."""
-
-    def __init__(self, size: int, argv: list[str]) -> None:
-        self.pid = os.getpid()
-        self._argv = argv
-        self._slots = threading.BoundedSemaphore(size)
-        self._idle: list[_Worker] = []
-        self._lock = threading.Lock()
-
-    def grade(self, prediction: str, ground_truths: list[str], timeout_s: float) -> str:
-        request = {"prediction": prediction, "ground_truths": ground_truths, "timeout_s": timeout_s}
-        with self._slots:
-            with self._lock:
-                worker = self._idle.pop() if self._idle else None
-            if worker is not None and worker.proc.poll() is not None:  # it died while idle (OOM killer...)
-                worker.close()
-                worker = None
-            try:
-                worker = worker or _Worker(self._argv)
-                verdict = worker.ask(request, timeout_s + _KILL_GRACE_S)
-            except BaseException as error:
-                if worker is not None:
-                    worker.close()
-                if not isinstance(error, (OSError, ValueError)):  # could not start, died, answered garbage
-                    raise
-                logger.warning("math grading worker failed (%s); the answer counts as wrong", error)
-                return "grader_error"
-            if verdict is None:
-                worker.close()
-                return "timeout"
-            with self._lock:
-                self._idle.append(worker)
-            return verdict
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.close()
-
-
-_pool: _WorkerPool | None = None
-_pool_lock = threading.Lock()
-
-
-def _get_pool() -> _WorkerPool:
-    global _pool
-    with _pool_lock:
-        # after a fork the inherited pool's workers belong to the parent: start our own
-        if _pool is None or _pool.pid != os.getpid():
-            _pool = _WorkerPool(_POOL_SIZE, _WORKER_ARGV)
-        return _pool
-
-
-@atexit.register
-def _close_pool() -> None:
-    if _pool is not None and _pool.pid == os.getpid():
-        _pool.close()
-
-
-def _serve_worker() -> None:
-    """Main loop of a grading worker process (``_WORKER_ARGV``); it exits when the trainer closes its stdin."""
-    protocol = sys.stdout
-    sys.stdout = sys.stderr  # a stray print must not corrupt the protocol
-    _warm_up()
-    protocol.write("ready\n")
-    protocol.flush()
-    for line in sys.stdin:
-        request = json.loads(line)
-        grade = functools.partial(_compare, request["prediction"], request["ground_truths"])
-        verdict = _with_alarm(grade, request["timeout_s"])
-        protocol.write(json.dumps(verdict) + "\n")
-        protocol.flush()
 
 
 # --- Reward -----------------------------------------------------------------------------------------

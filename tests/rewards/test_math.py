@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rllm.rewards import math as math_reward_module
+from rllm.rewards import _bounded
 from rllm.rewards.math import extract_answer, grade_answer, make_math_reward, math_reward
 from rllm.rewards.registry import get_reward
 
@@ -279,8 +279,9 @@ def test_worker_threads_are_bounded_and_correct() -> None:
         assert pool.submit(grade_answer, "\\frac12", "0.5").result()  # starts a worker process (not timed)
         start = time.monotonic()
         assert not pool.submit(grade_answer, PATHOLOGICAL[0], "5", timeout_s=0.5).result()
-        assert time.monotonic() - start < 0.5 + math_reward_module._KILL_GRACE_S + 1.0
-        for worker in math_reward_module._get_pool()._idle:  # a worker that dies while idle is replaced
+        assert time.monotonic() - start < 0.5 + _bounded._KILL_GRACE_S + 1.0
+        idle = [worker for worker_pool in _bounded._pools.values() for worker in worker_pool._idle]
+        for worker in idle:  # a worker that dies while idle is replaced
             worker.proc.kill()
             worker.proc.wait()
         assert pool.submit(grade_answer, "0.25", "1/4").result()
@@ -307,12 +308,15 @@ DYING_WORKER = "import sys; print('ready', flush=True); sys.stdin.readline(); sy
 
 def test_a_hung_worker_is_killed() -> None:
     """A worker stuck where its own alarm cannot reach (C code) is killed at the deadline plus grace."""
-    pool = math_reward_module._WorkerPool(1, [sys.executable, "-c", HANGING_WORKER])
+    pool = _bounded._WorkerPool(1, [sys.executable, "-c", HANGING_WORKER])
     start = time.monotonic()
-    assert pool.grade("1", ["1"], timeout_s=0.3) == "timeout"
-    assert time.monotonic() - start < 0.3 + math_reward_module._KILL_GRACE_S + 1.0
+    with pytest.raises(TimeoutError):
+        pool.call(["1", ["1"]], timeout_s=0.3)
+    assert time.monotonic() - start < 0.3 + _bounded._KILL_GRACE_S + 1.0
     assert pool._idle == []  # killed, not reused
-    dying = math_reward_module._WorkerPool(1, [sys.executable, "-c", DYING_WORKER])
-    assert dying.grade("1", ["1"], timeout_s=1.0) == "grader_error"
-    broken = math_reward_module._WorkerPool(1, [sys.executable, "-c", "raise SystemExit(1)"])
-    assert broken.grade("1", ["1"], timeout_s=1.0) == "grader_error"
+    dying = _bounded._WorkerPool(1, [sys.executable, "-c", DYING_WORKER])
+    with pytest.raises(_bounded.WorkerFailed, match="exited"):
+        dying.call(["1", ["1"]], timeout_s=1.0)
+    broken = _bounded._WorkerPool(1, [sys.executable, "-c", "raise SystemExit(1)"])
+    with pytest.raises(_bounded.WorkerFailed):
+        broken.call(["1", ["1"]], timeout_s=1.0)

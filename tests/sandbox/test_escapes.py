@@ -128,7 +128,7 @@ def test_cannot_write_to_the_real_tmp() -> None:
 def test_cannot_write_to_the_repository() -> None:
     repo = Path(rllm.__file__).resolve().parents[1]
     target = str(repo / f"escape-{uuid.uuid4().hex}.txt")
-    source = str(repo / "rllm" / "sandbox.py")
+    source = str(repo / "rllm" / "sandbox" / "__init__.py")
     code = _try_write(target) + (
         "import os\n"  # opening for writing is enough to be refused; nothing is written either way
         f"try:\n    os.close(os.open({source!r}, os.O_WRONLY | os.O_APPEND))\n    print('opened')\n"

@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from rllm import sandbox
-from rllm.sandbox import SandboxResult, SandboxUnavailable, arun_python, protections, run_python
+from rllm.sandbox import SandboxResult, SandboxUnavailable, _isolation, arun_python, protections, run_python
 
 
 def _closed_by_everyone(read_fd: int, wait_s: float = 3.0) -> bool:
@@ -181,7 +180,7 @@ def test_without_bubblewrap_auto_falls_back_and_explicit_bwrap_says_how_to_get_i
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     real_which = shutil.which
-    monkeypatch.setattr(sandbox, "_PLANS", {})
+    monkeypatch.setattr(_isolation, "_PLANS", {})
     monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
         protections("bwrap")

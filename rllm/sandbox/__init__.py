@@ -1,0 +1,123 @@
+"""Run untrusted Python code (a model's) in a sandboxed process.
+
+``arun_python`` is the asyncio API (the python tool and the code reward use it); ``run_python`` is the same
+call for blocking code. Each run executes ``code`` as ``main.py`` and returns a ``SandboxResult``;
+``protections()`` says what this machine's sandbox enforces, and every result carries what its run had.
+``run_blocking`` runs a coroutine of such calls (several runs at once) to its end from blocking code.
+
+Every run, whatever the machine, has:
+
+- a fresh interpreter, ``python -I -S``: no ``PYTHON*`` variables, no site-packages (standard library only);
+- a fresh temporary directory as working directory, ``HOME`` and ``TMPDIR``, removed afterwards, and an
+  environment of only ``PATH``, ``LANG``, ``HOME`` and ``TMPDIR``: no inherited secrets;
+- limits applied before the code starts: address space (``memory_mb``, per process), CPU seconds, size of a
+  written file, no core dumps; ``max_output_bytes`` of each of stdout and stderr kept;
+- a wall-clock timeout, after which the whole process tree is killed.
+
+The rest depends on the tool that works here (``isolation="auto"`` takes the first):
+
+- ``bwrap`` (bubblewrap): its own network (loopback only), pid, IPC and UTS namespaces; the root filesystem
+  read-only, empty read-only /tmp, /var/tmp, /home, /root, /run, /mnt, /media and /srv, and the working
+  directory a small tmpfs. As root, bwrap builds the namespaces and the code runs as a fresh unprivileged
+  uid leased for the run, so ``RLIMIT_NPROC`` (``max_processes``) holds (the kernel ignores it for uid 0)
+  and root's files are out of reach; as any other user, in a user namespace where ``RLIMIT_NPROC`` counts
+  only the sandbox's processes (Linux >= 5.14).
+- ``unshare`` (util-linux): the same namespaces, but the host's filesystem, protected only by the uid.
+- ``none``: the limits and a process group only.
+
+docs/rewards.md has the full table and what is NOT protected (notably: without bwrap, a root rllm whose
+interpreter lives under /root runs the code as root).
+
+Inside: ``_types`` (the result, the limits), ``_isolation`` (finding the tool, the protections report),
+``_bwrap`` (its command line), ``_uids`` (the leased uids), ``_run`` (one run, start to result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+from rllm.sandbox._isolation import ISOLATIONS, cached_plan, plan_for
+from rllm.sandbox._run import Workdir, close_all, execute, run_blocking
+from rllm.sandbox._types import Limits, SandboxResult, SandboxUnavailable
+
+__all__ = [
+    "ISOLATIONS",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "arun_python",
+    "protections",
+    "run_blocking",
+    "run_python",
+]
+
+
+async def arun_python(
+    code: str,
+    *,
+    stdin: str = "",
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_processes: int = 16,
+    max_output_bytes: int = 64_000,
+    files: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    pass_fds: Sequence[int] = (),
+    isolation: str = "auto",
+) -> SandboxResult:
+    """Run ``code`` as a script in a fresh sandboxed interpreter; the event loop runs on meanwhile.
+
+    ``files`` are more files put next to ``main.py`` (read-only under bwrap) and ``args`` its
+    ``sys.argv[1:]``. ``max_processes`` bounds the processes and threads alive at once, the program
+    included, where the sandbox can enforce it (see ``protections()``). ``pass_fds`` are open file
+    descriptors the program inherits under the same numbers (pipes to another run): this call takes them
+    over and closes them here once the program has started, so the program holds the only copies.
+    """
+    if any(fd < 3 for fd in pass_fds):  # checked before anything is closed: these are ours, not the caller's
+        raise ValueError(f"pass_fds must be above 2 (0-2 are the program's stdio), got {list(pass_fds)}")
+    try:
+        limits = Limits(timeout_s, memory_mb, max_processes, max_output_bytes)
+        plan = cached_plan(isolation) or await asyncio.to_thread(plan_for, isolation)  # the first call probes
+        workdir = Workdir(code, dict(files or {}), stdin)
+    except BaseException:
+        close_all(pass_fds)
+        raise
+    try:
+        return await execute(plan, workdir, limits, list(args), tuple(pass_fds))
+    finally:
+        await asyncio.to_thread(workdir.close)
+
+
+def run_python(
+    code: str,
+    *,
+    stdin: str = "",
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_processes: int = 16,
+    max_output_bytes: int = 64_000,
+    files: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    pass_fds: Sequence[int] = (),
+    isolation: str = "auto",
+) -> SandboxResult:
+    """``arun_python`` for blocking code: blocks until the program ends or is killed."""
+    return run_blocking(
+        arun_python(
+            code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+            max_output_bytes=max_output_bytes, files=files, args=args, pass_fds=pass_fds, isolation=isolation,
+        )
+    )
+
+
+def protections(
+    isolation: str = "auto",
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_processes: int = 16,
+    max_output_bytes: int = 64_000,
+) -> dict[str, str]:
+    """What a run with these limits is protected by here, one line per protection (blocks: the first call
+    tries the tools). Raises ``SandboxUnavailable`` when ``isolation`` names a tool that does not work."""
+    return plan_for(isolation).describe(Limits(timeout_s, memory_mb, max_processes, max_output_bytes))
