@@ -282,29 +282,35 @@ class FrozenLakeEnv(Env):
         cells[self.position[0]][self.position[1]] = "P"
         return "\n".join(" ".join(row) for row in cells)
 
-    def surroundings(self) -> list[str]:
-        """One line per direction saying what a step that way meets: "up: hole", "down: wall",
-        "left: ice, closer to the goal", "right: the goal". Closer means fewer steps to the goal as the
-        crow walks (Manhattan distance), ignoring holes: the map still has dead ends to see."""
-        (row, col), (goal_row, goal_col) = self.position, self.goal
-        distance = abs(goal_row - row) + abs(goal_col - col)
-        lines = []
+    def safe_moves(self) -> list[str]:
+        """The directions that neither leave the map nor step into a hole, from where the player stands."""
+        moves = []
         for direction in DIRECTIONS:
             target = _step_from(self.grid, self.position, direction)
-            if target is None:
-                lines.append(f"{direction}: wall")
-                continue
-            cell = self.grid[target[0]][target[1]]
-            if cell in "HG":
-                lines.append(f"{direction}: {'hole' if cell == 'H' else 'the goal'}")
-                continue
-            closer = abs(goal_row - target[0]) + abs(goal_col - target[1]) < distance
-            lines.append(f"{direction}: ice, {'closer to' if closer else 'away from'} the goal")
-        return lines
+            if target is not None and self.grid[target[0]][target[1]] != "H":
+                moves.append(direction)
+        return moves
 
     def _observation(self, event: str) -> str:
-        # A 135M model cannot read a position off the grid; it can learn which of these lines to follow.
-        return f"{event}\n{self.render()}\nP = you, F = ice, H = hole, G = goal.\n" + "\n".join(self.surroundings())
+        (row, col), (goal_row, goal_col) = self.position, self.goal
+        offset = _offset(goal_row - row, goal_col - col)
+        goal = f"The goal is {offset}." if offset else "You are on the goal."
+        return (
+            f"{event}\n{self.render()}\nP = you, F = ice, H = hole, G = goal.\n"
+            f"{goal} Safe moves: {', '.join(self.safe_moves()) or 'none'}."
+        )
+
+
+def _offset(rows: int, cols: int) -> str:
+    """Where the goal lies from the player, in words ("2 down and 1 left"; "" on the goal).
+
+    A 135M model cannot read a position off the grid or subtract row numbers, but it can learn which of
+    the directions named here is also a safe move (the observation lists those too). Before training,
+    SmolLM2-135M tends to echo this sentence, and its first direction word is read as the move.
+    """
+    parts = [f"{abs(n)} {word}" for n, word in ((rows, "down" if rows > 0 else "up"),
+                                                   (cols, "right" if cols > 0 else "left")) if n]
+    return " and ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------- agent

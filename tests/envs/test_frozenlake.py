@@ -143,30 +143,28 @@ def test_deterministic_by_default_and_slippery_reproducible_per_seed():
     assert [env.step(a).info["position"] for a in actions[:4]] == first  # reset replays the same slips
 
 
-def test_observation_describes_each_direction():
+def test_observation_names_the_goal_direction_and_safe_moves():
     env = FrozenLakeEnv(grid=GYM_4X4)
     observation, info = env.reset()
     assert info == {"position": (0, 0), "result": None, "steps": 0, "success": False}
     assert "P F F F\nF H F H\nF F F H\nH F F G" in observation
-    assert observation.endswith(
-        "up: wall\ndown: ice, closer to the goal\nleft: wall\nright: ice, closer to the goal")
-    observation = env.step("down").observation  # (1, 0): a hole to the right
+    assert observation.endswith("The goal is 3 down and 3 right. Safe moves: down, right.")
+    observation = env.step("down").observation  # (1, 0): a hole to the right, the wall to the left
     assert observation.startswith("You moved down.")
-    assert observation.endswith("up: ice, away from the goal\ndown: ice, closer to the goal\nleft: wall\nright: hole")
+    assert observation.endswith("The goal is 2 down and 3 right. Safe moves: up, down.")
     env.step("down")
     env.step("right")
-    assert env.step("right").observation.endswith(  # (2, 2): a hole to the right, the goal one down-right
-        "up: ice, away from the goal\ndown: ice, closer to the goal\nleft: ice, away from the goal\nright: hole")
-    assert env.step("down").observation.endswith(
-        "up: ice, away from the goal\ndown: wall\nleft: ice, away from the goal\nright: the goal")
+    observation = env.step("right").observation  # (2, 2): a hole to the right
+    assert observation.endswith("The goal is 1 down and 1 right. Safe moves: up, down, left.")
+    assert env.step("down").observation.endswith("The goal is 1 right. Safe moves: up, left, right.")
     final = env.step("right")
-    assert final.done and final.observation.endswith("up: hole\ndown: wall\nleft: ice, away from the goal\nright: wall")
+    assert final.done and final.observation.endswith("You are on the goal. Safe moves: left.")
 
 
-def test_surroundings_when_boxed_in():
+def test_safe_moves_are_none_when_boxed_in():
     env = FrozenLakeEnv(grid=["SH", "HG"])
-    env.reset()
-    assert env.surroundings() == ["up: wall", "down: hole", "left: wall", "right: hole"]
+    assert env.reset()[0].endswith("The goal is 1 down and 1 right. Safe moves: none.")
+    assert env.safe_moves() == []
 
 
 def test_from_task_ignores_bookkeeping_keys():
