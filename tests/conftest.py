@@ -22,6 +22,13 @@ torch.set_num_threads(1)
 _SHARPEN = 8.0
 
 
+@pytest.fixture(autouse=True)
+def _private_run_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a test's `rllm train` / `rllm eval` records goes to a store of its own ($RLLM_STORE), never to
+    the workspace's runs/rllm.db."""
+    monkeypatch.setenv("RLLM_STORE", str(tmp_path_factory.mktemp("store") / "rllm.db"))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama (built-in 49152-token ChatML tokenizer) whose greedy output varies with context."""

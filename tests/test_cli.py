@@ -199,7 +199,7 @@ def test_python_dash_m_rllm_help() -> None:
         [sys.executable, "-m", "rllm", "--help"], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert "{train,eval,gateway,model,dataset,check-template,version}" in proc.stdout
+    assert "{train,eval,ui,gateway,model,dataset,check-template,version}" in proc.stdout
 
 
 def test_console_script_reports_errors_in_one_line() -> None:
@@ -211,7 +211,7 @@ def test_console_script_reports_errors_in_one_line() -> None:
     proc = subprocess.run([script, "train", "trainer.stepz=3"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        "rllm: error: unknown config key 'trainer.stepz' — did you mean 'trainer.steps'?"
+        "rllm: error: unknown config key 'trainer.stepz' — did you mean 'trainer.steps' or 'trainer.store'?"
     ]
 
 

@@ -12,7 +12,7 @@ estimators compare its members' rewards. Groups live only between the rollout an
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -318,13 +318,36 @@ def build_train_batch(groups: list[TrajectoryGroup], *, merge: bool = True) -> T
     Raises ValueError if a step has no advantage yet (call ``compute_advantages`` first).
     """
     sequences: list[TrainSequence] = []
-    skipped_empty = merged = 0
+    merged = 0
+    for group, episode, traj, run in _row_runs(groups, merge):
+        merged += len(run) - 1
+        ids, mask, lps, advs = _sequence(run)
+        sequences.append(
+            TrainSequence(
+                input_ids=ids, loss_mask=mask, rollout_logprobs=lps, advantages=advs,
+                group_id=group.group_id, episode_id=episode.id, trajectory_name=traj.name,
+                weight_version=run[0].weight_version,
+            )
+        )
+    batch = TrainBatch(sequences=sequences)
+    batch.metrics = {
+        "batch/num_sequences": float(len(sequences)),
+        "batch/num_response_tokens": float(batch.num_response_tokens),
+        "batch/skipped_empty_steps": float(sum(not s.response_ids for g in groups for _, t in g.members for s in t.steps)),
+        "batch/merged_steps": float(merged),
+    }
+    return batch
+
+
+def _row_runs(
+    groups: list[TrajectoryGroup], merge: bool
+) -> Iterator[tuple[TrajectoryGroup, Episode, Trajectory, list[Step]]]:
+    """The runs of steps that become training rows, in row order (steps with an empty response skipped)."""
     for group in groups:
         for episode, traj in group.members:
             steps = []
             for step in traj.steps:
                 if not step.response_ids:
-                    skipped_empty += 1
                     continue
                 if step.advantage is None:
                     raise ValueError(
@@ -333,20 +356,20 @@ def build_train_batch(groups: list[TrajectoryGroup], *, merge: bool = True) -> T
                     )
                 steps.append(step)
             for run in _merge_runs(steps) if merge else [[step] for step in steps]:
-                merged += len(run) - 1
-                ids, mask, lps, advs = _sequence(run)
-                sequences.append(
-                    TrainSequence(
-                        input_ids=ids, loss_mask=mask, rollout_logprobs=lps, advantages=advs,
-                        group_id=group.group_id, episode_id=episode.id, trajectory_name=traj.name,
-                        weight_version=run[0].weight_version,
-                    )
-                )
-    batch = TrainBatch(sequences=sequences)
-    batch.metrics = {
-        "batch/num_sequences": float(len(sequences)),
-        "batch/num_response_tokens": float(batch.num_response_tokens),
-        "batch/skipped_empty_steps": float(skipped_empty),
-        "batch/merged_steps": float(merged),
-    }
-    return batch
+                yield group, episode, traj, run
+
+
+def attach_trainer_logprobs(
+    groups: list[TrajectoryGroup], logprobs_per_row: list[list[float]], *, merge: bool = True
+) -> None:
+    """Record on each step, as ``step.info["trainer_logprobs"]``, the trainer's logprob of each of its
+    response tokens, taken from ``logprobs_per_row`` (one list per row of ``build_train_batch(groups,
+    merge=merge)``, aligned with the row's ``input_ids``, as a backend's ``compute_logprobs`` returns).
+
+    In a row, each step's response starts at ``len(step.prompt_ids)``: the row so far is exactly that
+    step's prompt. The run store shows these beside the sampler's ``step.logprobs``.
+    """
+    for (_, _, _, run), row in zip(_row_runs(groups, merge), logprobs_per_row, strict=True):
+        for step in run:
+            start = len(step.prompt_ids)
+            step.info["trainer_logprobs"] = [float(x) for x in row[start:start + len(step.response_ids)]]

@@ -7,7 +7,8 @@
 
 Prints a summary table (``accuracy``, ``pass@K``, ``mean@K`` ...) and writes one JSON line per sample to
 ``--output`` (default ``evals/DATASET-SPLIT-MODEL.jsonl``), plus ``.summary.json`` and the gateway's
-``.traces.db`` beside it. Run the same command again to resume an interrupted eval.
+``.traces.db`` beside it. Run the same command again to resume an interrupted eval. The eval is also
+recorded as a run in the run store (``--store``; ``rllm ui`` shows it), unless ``--no-store``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout-s", type=float, default=None, help="time limit per episode")
     p.add_argument("--output", type=Path, default=None, help="results JSONL (default evals/DATASET-SPLIT-MODEL.jsonl)")
     p.add_argument("--no-resume", action="store_true", help="start over instead of resuming --output")
+    p.add_argument("--store", type=Path, default=None,
+                   help="record the eval as a run in this run store for `rllm ui` (default: $RLLM_STORE, else "
+                        "runs/rllm.db)")
+    p.add_argument("--no-store", action="store_true", help="do not record the eval in the run store")
     p.add_argument("--flow", default=None, help="your @rllm.rollout flow as module:function or path.py:function")
     p.add_argument("--evaluator", default=None,
                    help="your @rllm.evaluator as module:function or path.py:function (default: the dataset's reward)")
@@ -88,6 +93,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rllm.eval.runner import EvalSpec, run_eval
     from rllm.rewards.instructions import answer_instruction
     from rllm.rewards.registry import get_reward
+    from rllm.store import StoreError, default_store_path
 
     if args.base_url and not args.model:
         print("--base-url needs --model NAME: the model name the server serves", file=sys.stderr)
@@ -115,10 +121,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
             base_url=args.base_url, api_key=args.api_key, split=args.split, max_examples=args.max_examples,
             k=args.k, n=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
             seed=args.seed, concurrency=args.concurrency, timeout_s=args.timeout_s, resume=not args.no_resume,
-            device=args.device, dtype=args.dtype,
+            device=args.device, dtype=args.dtype, store=None if args.no_store else args.store or default_store_path(),
         )
         summary = run_eval(spec, tasks, flow, evaluator_fn)
-    except (ValueError, KeyError, FileNotFoundError, AttributeError, ConnectionError) as exc:
+    except (ValueError, KeyError, FileNotFoundError, AttributeError, ConnectionError, StoreError) as exc:
         print(f"rllm eval: {exc}", file=sys.stderr)
         return 2
     print_summary(summary, Console())

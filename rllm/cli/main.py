@@ -8,6 +8,7 @@
     rllm dataset list | pull | inspect | register | remove   manage datasets (built-in, local, hub catalog)
     rllm gateway --model MODEL [--port P] [--upstream URL ...] [--store PATH] [--api-key KEY]
                                                serve a model behind the trace-recording OpenAI gateway
+    rllm ui [--port P] [--store PATH]          browse runs in a web UI (live metrics, episodes, tokens)
     rllm check-template MODEL                  check a chat template for multi-turn token drift
     rllm version                               print the installed version
 
@@ -30,6 +31,7 @@ from rllm.cli.eval_cmd import add_eval_parser
 from rllm.cli.gateway_cmd import add_gateway_parser
 from rllm.cli.model_cmd import add_model_parser
 from rllm.cli.train_cmd import add_train_parser
+from rllm.cli.ui_cmd import add_ui_parser
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -46,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
     subparsers = parser.add_subparsers(
-        dest="command", metavar="{train,eval,gateway,model,dataset,check-template,version}", required=True
+        dest="command", metavar="{train,eval,ui,gateway,model,dataset,check-template,version}", required=True
     )
     train = add_train_parser(subparsers)
     # Also accepted after `train`; SUPPRESS keeps the subparser from overwriting `rllm --log-level X train`.
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default: INFO)",
     )
     add_eval_parser(subparsers)
+    add_ui_parser(subparsers)
     add_gateway_parser(subparsers)
     add_model_parser(subparsers)
     add_dataset_parser(subparsers)

@@ -106,6 +106,7 @@ def run_train(args: argparse.Namespace) -> int:
     except ModelPullError as err:
         return _error(err, EXIT_FAILURE)
 
+    from rllm.store import StoreError
     from rllm.trainer.backends.base import UnsupportedConfigError
 
     logger.info(
@@ -118,6 +119,8 @@ def run_train(args: argparse.Namespace) -> int:
             result = trainer.train()
     except UnsupportedConfigError as err:  # e.g. the run directory already has checkpoints
         return _error(err, EXIT_USAGE)
+    except StoreError as err:  # the run store cannot be opened (a read-only place, a newer layout)
+        return _error(err, EXIT_FAILURE)
     metrics_path = trainer.run_dir / "metrics.jsonl" if "jsonl" in config.trainer.loggers else None
     print(format_summary(result, num_test_tasks=len(trainer.test_tasks), metrics_path=metrics_path))
     return 0

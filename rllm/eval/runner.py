@@ -51,9 +51,11 @@ class EvalSpec:
     resume: bool = True
     device: str = "auto"
     dtype: str = "auto"
+    store: Path | None = None  # record the eval as a run in this run store (docs/ui.md); None = don't
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
+        self.store = None if self.store is None else Path(self.store)
         if self.n is None:
             self.n = self.k
         if self.k < 1 or self.n < self.k:
@@ -195,6 +197,41 @@ def run_eval(
     if done:
         logger.info("resuming %s: %d of %d samples already done", spec.output, len(tasks) * spec.n - len(todo),
                     len(tasks) * spec.n)
+    run = _open_store_run(spec, list(done.values()))
+    try:
+        summary = _run(spec, tasks, flow, evaluator_fn, todo, ids, show_progress, run)
+    except BaseException as exc:
+        if run is not None:
+            run.fail(exc)
+        raise
+    if run is not None:
+        run.log(0, {"eval/accuracy": summary.accuracy, "eval/mean_reward": summary.mean_reward,
+                    "eval/n": float(len(ids) * (spec.n or 1)), "eval/failed": float(summary.failed),
+                    **{f"eval/pass@{k}": v for k, v in summary.pass_at.items()}})
+        run.finish(summary.to_json())
+    return summary
+
+
+def _open_store_run(spec: EvalSpec, done_rows: list[dict[str, Any]]) -> Any:
+    """The eval's run in the run store (None without ``spec.store``): a resumed eval continues the run of
+    its results file, and rows already in the file are recorded too."""
+    if spec.store is None:
+        return None
+    from rllm.store import RunWriter
+
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec).items() if k != "api_key"}
+    run = RunWriter.start(spec.store, kind="eval", name=f"eval-{spec.dataset}", config=config,
+                          model=spec.model_label, task=spec.dataset, location=spec.output,
+                          resume_from_step=0 if spec.resume else None)
+    if done_rows:
+        run.add_eval_results(done_rows)
+    return run
+
+
+def _run(spec: EvalSpec, tasks: list[dict[str, Any]], flow: Any, evaluator_fn: Any | None,
+         todo: list[tuple[dict[str, Any], int]], ids: list[str], show_progress: bool, run: Any) -> EvalSummary:
+    from rllm.engine.workflow_engine import task_id_of
+
     t0 = time.perf_counter()
     if todo:
         from rllm.engine.workflow_engine import WorkflowEngine
@@ -212,8 +249,11 @@ def run_eval(
 
             def save(index: int, episode: Any) -> None:
                 task, sample = todo[index]
-                fh.write(json.dumps(_row(spec, task_id_of(task), sample, episode)) + "\n")
+                row = _row(spec, task_id_of(task), sample, episode)
+                fh.write(json.dumps(row) + "\n")
                 fh.flush()  # a kill loses at most the line being written
+                if run is not None:
+                    run.add_eval_results([row])
 
             asyncio.run(runner.run_jobs(jobs, on_episode=save, description=f"eval {spec.dataset}"))
     wanted = set(ids)

@@ -8,14 +8,12 @@ inference engine, log, checkpoint. Backends hide *how* a step runs, never *what*
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import random
-import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import torch
 
 from rllm.algorithms.transforms import (
     FilterConfig,
+    attach_trainer_logprobs,
     build_train_batch,
     compute_advantages,
     filter_groups,
@@ -34,9 +33,11 @@ from rllm.engine.workflow_engine import Workflow, WorkflowEngine
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine, pick_device
 from rllm.rewards.shaping import Shaper, apply_shaping, format_bonus, overlong_penalty
+from rllm.store import RunWriter, default_store_path
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state, save_checkpoint
+from rllm.trainer.checks import check_config
 from rllm.trainer.config import TrainConfig
 from rllm.types import Episode
 from rllm.utils.config import dump_config
@@ -62,94 +63,6 @@ class TrainResult:
     initial_accuracy: float | None = None
     final_accuracy: float | None = None
     final_model_dir: Path | None = None
-
-
-def check_config(cfg: TrainConfig, capabilities: Any) -> None:
-    """Refuse, before anything loads, a config the backend cannot honour. One line per problem."""
-    loss = cfg.algorithm.loss
-    if loss.name not in capabilities.losses:
-        raise UnsupportedConfigError(
-            f"backend '{capabilities.name}' has no loss {loss.name!r}: choose one of {sorted(capabilities.losses)}"
-        )
-    if cfg.lora.enabled and not capabilities.lora:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot train LoRA: set lora.enabled=false")
-    if not cfg.lora.enabled and not capabilities.full_finetune:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' trains LoRA only: set lora.enabled=true")
-    if loss.kl_coef > 0 and not capabilities.kl_to_reference:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0")
-    if cfg.lora.enabled and cfg.backend.gradient_checkpointing and cfg.lora.dropout > 0:
-        raise UnsupportedConfigError(
-            "lora.dropout > 0 with backend.gradient_checkpointing=true recomputes different dropout masks in "
-            "backward: set lora.dropout=0 or backend.gradient_checkpointing=false"
-        )
-    if cfg.backend.share_prefix and cfg.backend.gradient_checkpointing:
-        raise UnsupportedConfigError(
-            "backend.share_prefix keeps the prompt's KV cache for the backward pass, which gradient checkpointing "
-            "cannot: set backend.share_prefix=false or backend.gradient_checkpointing=false"
-        )
-    if cfg.backend.old_logprobs == "recompute" and not capabilities.recompute_old_logprobs:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout")
-    if loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
-        raise UnsupportedConfigError(
-            "algorithm.loss.tis_cap corrects between trainer and rollout logprobs, so it needs "
-            "backend.old_logprobs=recompute"
-        )
-    adv = cfg.algorithm.advantage
-    group_relative = sorted({*(adv.values() if isinstance(adv, dict) else [adv])} & {"grpo", "dr_grpo", "rloo"})
-    if cfg.rollout.group_size < 2 and group_relative:
-        raise UnsupportedConfigError(
-            f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
-        )
-    if cfg.rollout.temperature == 0:
-        raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
-    if (cfg.workflow.name == "frozenlake") != (cfg.data.task == "frozenlake"):
-        raise UnsupportedConfigError(
-            "workflow.name=frozenlake and data.task=frozenlake go together: set both (or neither)"
-        )
-    _check_dataset(cfg)
-    if cfg.workflow.history_turns is not None and cfg.workflow.name != "frozenlake":
-        raise UnsupportedConfigError(
-            f"workflow.history_turns applies to the frozenlake workflow only, not {cfg.workflow.name}: drop it"
-        )
-    sh = cfg.algorithm.shaping
-    if sh.overlong_buffer > cfg.rollout.max_tokens:
-        raise UnsupportedConfigError(
-            f"algorithm.shaping.overlong_buffer ({sh.overlong_buffer}) exceeds rollout.max_tokens ({cfg.rollout.max_tokens})"
-        )
-    if sh.format_regex is not None:
-        try:
-            re.compile(sh.format_regex)
-        except re.error as exc:
-            raise UnsupportedConfigError(f"algorithm.shaping.format_regex is not a valid regex: {exc}") from None
-    if cfg.algorithm.gamma != 1.0 and cfg.algorithm.credit != "per_step":
-        raise UnsupportedConfigError("algorithm.gamma discounts per-step returns: set algorithm.credit=per_step")
-    for sink, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
-        if sink in cfg.trainer.loggers and importlib.util.find_spec(module) is None:
-            raise UnsupportedConfigError(
-                f"trainer.loggers names {sink} but it is not installed: pip install 'rllm[{sink}]' "
-                f"(or drop it from trainer.loggers)"
-            )
-
-
-def _check_dataset(cfg: TrainConfig) -> None:
-    """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
-    from rllm.data.catalog import CATALOG
-    from rllm.data.registry import DatasetRegistry
-    from rllm.rewards.registry import reward_names
-
-    d, registry = cfg.data, DatasetRegistry()
-    if not registry.exists(d.task):
-        hint = (f"it is in the catalog: run `rllm dataset pull {d.task}` first" if d.task in CATALOG
-                else "see `rllm dataset list`")
-        raise UnsupportedConfigError(f"data.task={d.task!r} is not a known dataset: {hint}")
-    info = registry.info(d.task)
-    for key, split in (("train_split", d.train_split), ("test_split", d.test_split)):
-        if split not in info.splits:
-            raise UnsupportedConfigError(f"data.{key}={split!r}: dataset {d.task!r} has splits {', '.join(info.splits)}")
-    if d.reward is not None and d.reward not in reward_names():
-        raise UnsupportedConfigError(f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}")
-    if cfg.workflow.name != "frozenlake" and (d.reward or info.reward) is None:
-        raise UnsupportedConfigError(f"dataset {d.task!r} names no reward: set data.reward")
 
 
 class AgentTrainer:
@@ -200,6 +113,7 @@ class AgentTrainer:
         if not self.train_tasks:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
         self.run_dir = Path(config.trainer.run_dir) / config.trainer.name
+        self.run_store: RunWriter | None = None  # opened by train()
         self._order: list[int] = []
         self._order_epoch = -1
         # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
@@ -329,6 +243,8 @@ class AgentTrainer:
             batch = None
         if batch is not None and batch.num_response_tokens > 0:
             old = self.backend.compute_logprobs(batch) if cfg.backend.old_logprobs == "recompute" else None
+            if old is not None and self.run_store is not None:  # shown beside the rollout's in the token view
+                attach_trainer_logprobs(groups, old, merge=alg.merge_turns)
             ref = self.backend.compute_logprobs(batch, reference=True) if cfg.algorithm.loss.kl_coef > 0 else None
             metrics.update(self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref))
             metrics.update(self.backend.optim_step())
@@ -342,6 +258,8 @@ class AgentTrainer:
         t2 = time.perf_counter()
         self.backend.sync_weights_to(self.engine)
         metrics["time/sync_s"] = time.perf_counter() - t2
+        if self.run_store is not None:  # written with this step's metrics, in one transaction
+            self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
         metrics["time/step_s"] = time.perf_counter() - t0
         return metrics
 
@@ -356,11 +274,31 @@ class AgentTrainer:
                 f"run directory {self.run_dir} already has checkpoints: pass trainer.resume=true to continue it, "
                 "or a new trainer.name"
             )
-        self._setup()
+        self.run_store = self._open_run_store(ckpt)
         try:
-            return self._train(start_step, eval_history, ckpt)
+            self._setup()
+            result = self._train(start_step, eval_history, ckpt)
+        except BaseException as exc:
+            if self.run_store is not None:
+                self.run_store.fail(exc)
+            raise
         finally:
             self._stop_gateway()
+        if self.run_store is not None:
+            self.run_store.finish(asdict(result))
+        return result
+
+    def _open_run_store(self, ckpt: Path | None) -> RunWriter | None:
+        """This run's row in the run store (a resumed run continues its own); None when it is turned off."""
+        t = self.cfg.trainer
+        if not t.store_enabled:
+            return None
+        return RunWriter.start(
+            t.store or default_store_path(t.run_dir), kind="train", name=t.name, config=self.cfg.model_dump(),
+            model=self.cfg.model.path, task=self.cfg.data.task, location=self.run_dir,
+            resume_from_step=load_loop_state(ckpt)["step"] if ckpt is not None and t.resume else None,
+            episodes_per_step=t.store_episodes_per_step,
+        )
 
     def _train(self, start_step: int, eval_history: list[dict[str, float]], ckpt: Path | None) -> TrainResult:
         cfg = self.cfg
@@ -370,6 +308,8 @@ class AgentTrainer:
             # Before the sinks open the file: lines a killed run wrote after its last checkpoint are redone.
             _drop_metrics_after(self.run_dir / "metrics.jsonl", load_loop_state(resume_from)["step"])
         sinks = build_sinks(cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS)
+        if self.run_store is not None:
+            sinks.append(self.run_store)
         result = TrainResult(run_dir=self.run_dir, steps=cfg.trainer.steps)
         with MetricsLogger(sinks) as metrics_logger:
             if resume_from is not None:

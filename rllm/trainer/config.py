@@ -200,6 +200,18 @@ class TrainerConfig(_Section):
         description="Metric sinks: console, jsonl, tensorboard (needs rllm[tensorboard]), wandb (needs rllm[wandb]).",
     )
     plot: bool = Field(True, description="Write metrics.png (reward/accuracy curves) at the end, if matplotlib is installed.")
+    store_enabled: bool = Field(
+        True, description="Record the run (config, metrics, sampled episodes with their tokens, status) in the run "
+        "store that `rllm ui` shows (docs/ui.md).",
+    )
+    store: str | None = Field(
+        None, description="Run store file (SQLite) shared by the runs of a workspace; null = $RLLM_STORE if set, "
+        "else run_dir/rllm.db.",
+    )
+    store_episodes_per_step: int = Field(
+        16, ge=0, description="Episodes recorded per step, spread evenly over the step's groups; every failed, "
+        "timed-out or truncated episode is recorded in addition.",
+    )
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
 
 

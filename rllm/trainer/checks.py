@@ -1,0 +1,110 @@
+"""Start-up checks of a training config: every refusal names the key to change, before anything loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+from rllm.trainer.backends.base import UnsupportedConfigError
+from rllm.trainer.config import TrainConfig
+
+
+def check_config(cfg: TrainConfig, capabilities: Any) -> None:
+    """Refuse, before anything loads, a config the backend cannot honour. One line per problem."""
+    loss = cfg.algorithm.loss
+    if loss.name not in capabilities.losses:
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' has no loss {loss.name!r}: choose one of {sorted(capabilities.losses)}"
+        )
+    if cfg.lora.enabled and not capabilities.lora:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot train LoRA: set lora.enabled=false")
+    if not cfg.lora.enabled and not capabilities.full_finetune:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' trains LoRA only: set lora.enabled=true")
+    if loss.kl_coef > 0 and not capabilities.kl_to_reference:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0")
+    if cfg.lora.enabled and cfg.backend.gradient_checkpointing and cfg.lora.dropout > 0:
+        raise UnsupportedConfigError(
+            "lora.dropout > 0 with backend.gradient_checkpointing=true recomputes different dropout masks in "
+            "backward: set lora.dropout=0 or backend.gradient_checkpointing=false"
+        )
+    if cfg.backend.share_prefix and cfg.backend.gradient_checkpointing:
+        raise UnsupportedConfigError(
+            "backend.share_prefix keeps the prompt's KV cache for the backward pass, which gradient checkpointing "
+            "cannot: set backend.share_prefix=false or backend.gradient_checkpointing=false"
+        )
+    if cfg.backend.old_logprobs == "recompute" and not capabilities.recompute_old_logprobs:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout")
+    if loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
+        raise UnsupportedConfigError(
+            "algorithm.loss.tis_cap corrects between trainer and rollout logprobs, so it needs "
+            "backend.old_logprobs=recompute"
+        )
+    adv = cfg.algorithm.advantage
+    group_relative = sorted({*(adv.values() if isinstance(adv, dict) else [adv])} & {"grpo", "dr_grpo", "rloo"})
+    if cfg.rollout.group_size < 2 and group_relative:
+        raise UnsupportedConfigError(
+            f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
+        )
+    if cfg.rollout.temperature == 0:
+        raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
+    if (cfg.workflow.name == "frozenlake") != (cfg.data.task == "frozenlake"):
+        raise UnsupportedConfigError(
+            "workflow.name=frozenlake and data.task=frozenlake go together: set both (or neither)"
+        )
+    _check_dataset(cfg)
+    if cfg.workflow.history_turns is not None and cfg.workflow.name != "frozenlake":
+        raise UnsupportedConfigError(
+            f"workflow.history_turns applies to the frozenlake workflow only, not {cfg.workflow.name}: drop it"
+        )
+    sh = cfg.algorithm.shaping
+    if sh.overlong_buffer > cfg.rollout.max_tokens:
+        raise UnsupportedConfigError(
+            f"algorithm.shaping.overlong_buffer ({sh.overlong_buffer}) exceeds rollout.max_tokens ({cfg.rollout.max_tokens})"
+        )
+    if sh.format_regex is not None:
+        try:
+            re.compile(sh.format_regex)
+        except re.error as exc:
+            raise UnsupportedConfigError(f"algorithm.shaping.format_regex is not a valid regex: {exc}") from None
+    if cfg.algorithm.gamma != 1.0 and cfg.algorithm.credit != "per_step":
+        raise UnsupportedConfigError("algorithm.gamma discounts per-step returns: set algorithm.credit=per_step")
+    t, default_sample = cfg.trainer, type(cfg.trainer).model_fields["store_episodes_per_step"].default
+    if not t.store_enabled and (t.store is not None or t.store_episodes_per_step != default_sample):
+        raise UnsupportedConfigError(
+            "trainer.store and trainer.store_episodes_per_step apply to the run store, which "
+            "trainer.store_enabled=false turns off: drop them (or enable the store)"
+        )
+    if t.store is not None and Path(t.store).is_dir():
+        raise UnsupportedConfigError(f"trainer.store={t.store!r} is a directory: name the database file in it, "
+                                     f"e.g. {Path(t.store) / 'rllm.db'}")
+    for sink, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+        if sink in cfg.trainer.loggers and importlib.util.find_spec(module) is None:
+            raise UnsupportedConfigError(
+                f"trainer.loggers names {sink} but it is not installed: pip install 'rllm[{sink}]' "
+                f"(or drop it from trainer.loggers)"
+            )
+
+
+def _check_dataset(cfg: TrainConfig) -> None:
+    """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
+    from rllm.data.catalog import CATALOG
+    from rllm.data.registry import DatasetRegistry
+    from rllm.rewards.registry import reward_names
+
+    d, registry = cfg.data, DatasetRegistry()
+    if not registry.exists(d.task):
+        hint = (f"it is in the catalog: run `rllm dataset pull {d.task}` first" if d.task in CATALOG
+                else "see `rllm dataset list`")
+        raise UnsupportedConfigError(f"data.task={d.task!r} is not a known dataset: {hint}")
+    info = registry.info(d.task)
+    for key, split in (("train_split", d.train_split), ("test_split", d.test_split)):
+        if split not in info.splits:
+            raise UnsupportedConfigError(f"data.{key}={split!r}: dataset {d.task!r} has splits {', '.join(info.splits)}")
+    if d.reward is not None and d.reward not in reward_names():
+        raise UnsupportedConfigError(f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}")
+    if cfg.workflow.name != "frozenlake" and (d.reward or info.reward) is None:
+        raise UnsupportedConfigError(f"dataset {d.task!r} names no reward: set data.reward")
+
+
