@@ -73,22 +73,29 @@ def train_tiny_runs(workdir: Path, names: tuple[str, ...]) -> Path:
 
 
 def _train_tiny_runs(workdir: Path, names: tuple[str, ...]) -> Path:
+    store = workdir / "rllm.db"
+    for i, name in enumerate(names):
+        tiny_training(workdir, store, name, seed=i, steps=2)
+    return store
+
+
+def tiny_training(workdir: Path, store: Path, name: str, *, seed: int = 0, steps: int = 2) -> None:
+    """One real ``rllm train`` of the tiny random Llama (made once in ``workdir``), recorded in ``store``."""
     from rllm.cli.main import main
     from rllm.models import make_tiny_llama
 
-    model = make_tiny_llama(workdir / "tiny_model", seed=0)
-    store = workdir / "rllm.db"
-    for i, name in enumerate(names):
-        code = main([
-            "train", f"model.path={model}", f"trainer.run_dir={workdir / 'runs'}", f"trainer.name={name}",
-            f"trainer.store={store}", f"trainer.seed={i}", "trainer.steps=2", "rollout.batch_size=2",
-            "rollout.group_size=2", "rollout.max_tokens=8", "eval.max_tokens=4", "data.train_size=8",
-            "data.test_size=4", "trainer.plot=false", "algorithm.filters.drop_zero_variance=false",
-            "backend.device=cpu", "backend.old_logprobs=recompute",
-        ])
-        if code != 0:
-            raise RuntimeError(f"tiny training run {name!r} exited with {code}")
-    return store
+    model = workdir / "tiny_model"
+    if not (model / "config.json").exists():
+        make_tiny_llama(model, seed=0)
+    code = main([
+        "train", f"model.path={model}", f"trainer.run_dir={workdir / 'runs'}", f"trainer.name={name}",
+        f"trainer.store={store}", f"trainer.seed={seed}", f"trainer.steps={steps}", "rollout.batch_size=2",
+        "rollout.group_size=2", "rollout.max_tokens=8", "eval.max_tokens=4", "data.train_size=8",
+        "data.test_size=4", "trainer.plot=false", "algorithm.filters.drop_zero_variance=false",
+        "backend.device=cpu", "backend.old_logprobs=recompute", "trainer.loggers=[jsonl]",
+    ])
+    if code != 0:
+        raise RuntimeError(f"tiny training run {name!r} exited with {code}")
 
 
 class MetricWriter(threading.Thread):

@@ -8,6 +8,8 @@ run whose metrics a thread appends while the page is open. Every page is screens
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from browser_support import (
     Screenshots,
     find_chromium,
     serve_ui,
+    tiny_training,
     train_tiny_runs,
     write_agent_run,
 )
@@ -140,6 +143,34 @@ def test_live_run_chart_gains_points_without_reload(page: sync_api.Page, ui: str
     assert page.evaluate("window.__sameDocument === true"), "the page reloaded instead of appending points"
     # The stream ends with the run; the header then says it finished.
     sync_api.expect(page.locator(".run-head .badge")).to_have_text("finished", timeout=10_000)
+
+
+def test_a_real_training_run_streams_into_its_chart(page: sync_api.Page, ui: str, store: dict[str, object],
+                                                   shots: Screenshots) -> None:
+    """The same as above with `rllm train` itself writing: open the run while it trains, watch points arrive."""
+    from rllm.store import StoreReader
+
+    path = Path(store["path"])  # type: ignore[arg-type]
+    training = threading.Thread(target=tiny_training, args=(path.parent, path, "training-now"),
+                                kwargs={"steps": 40}, daemon=True)
+    training.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r["name"] == "training-now" and r["step"] for r in StoreReader(path).runs()):
+            assert training.is_alive() and time.monotonic() < deadline, "the training run never logged a step"
+            time.sleep(0.1)
+        page.goto(f"{ui}/#/runs/{run_id(store, 'training-now')}")
+        sync_api.expect(page.locator(".run-head .badge")).to_have_text("live")
+        page.evaluate("window.__sameDocument = true")
+        first = points_drawn(page)
+        page.wait_for_function(
+            f"Number(document.querySelector('[data-testid=chart-points]').textContent) >= {first + 3}",
+            timeout=60_000)
+        shots.save(page, "real_training_live")
+        assert page.evaluate("window.__sameDocument === true"), "the page reloaded instead of appending points"
+    finally:
+        training.join(timeout=180)
+    sync_api.expect(page.locator(".run-head .badge")).to_have_text("finished", timeout=15_000)
 
 
 def test_episode_browser_filters_and_opens_an_episode(page: sync_api.Page, ui: str, store: dict[str, object],
