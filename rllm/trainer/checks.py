@@ -89,16 +89,14 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
 
 def _check_dataset(cfg: TrainConfig) -> None:
     """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
-    from rllm.data.catalog import CATALOG
-    from rllm.data.registry import DatasetRegistry
+    from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
     from rllm.rewards.registry import reward_names
 
-    d, registry = cfg.data, DatasetRegistry()
-    if not registry.exists(d.task):
-        hint = (f"it is in the catalog: run `rllm dataset pull {d.task}` first" if d.task in CATALOG
-                else "see `rllm dataset list`")
-        raise UnsupportedConfigError(f"data.task={d.task!r} is not a known dataset: {hint}")
-    info = registry.info(d.task)
+    d = cfg.data
+    try:
+        info = DatasetRegistry().info(d.task)
+    except DatasetNotFoundError as exc:  # its message says how to get the dataset (pull, register, list)
+        raise UnsupportedConfigError(f"data.task={d.task!r} is not a known dataset: {exc}") from None
     for key, split in (("train_split", d.train_split), ("test_split", d.test_split)):
         if split not in info.splits:
             raise UnsupportedConfigError(f"data.{key}={split!r}: dataset {d.task!r} has splits {', '.join(info.splits)}")
