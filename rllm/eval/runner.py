@@ -271,28 +271,18 @@ class _Gateway:
 
     def __enter__(self) -> Self:
         from rllm.gateway.app import create_app
-        from rllm.gateway.server import GatewayServer
+        from rllm.gateway.server import GatewayServer, build_upstream
         from rllm.gateway.traces import TraceStore
 
         spec = self.spec
-        if spec.base_url:
-            from rllm.gateway.http_upstream import HTTPUpstream
-            from rllm.gateway.server import _probe
-
-            probe = HTTPUpstream([spec.base_url], model=spec.model, api_key=spec.api_key)
-            try:
-                asyncio.run(_probe(probe))
-            except Exception as exc:
-                raise ConnectionError(f"no OpenAI-compatible server answers at {spec.base_url}: {exc}") from exc
-            upstream: Any = HTTPUpstream([spec.base_url], kind=probe.kind, model=spec.model, api_key=spec.api_key)
-        else:
-            from rllm.gateway.upstreams import LocalUpstream
-            from rllm.inference.local import LocalEngine
-            from rllm.models import resolve_model
-
-            engine = LocalEngine.from_pretrained(resolve_model(spec.model), device=spec.device, dtype=spec.dtype)
-            engine.batch_wait_s = 0.005  # concurrent episodes' calls arrive a few ms apart: batch them
-            upstream = LocalUpstream(engine)
+        try:  # concurrent episodes' calls arrive a few ms apart: the local engine waits 5 ms to batch them
+            upstream = build_upstream(spec.model, [spec.base_url] if spec.base_url else [],
+                                      upstream_model=spec.model, upstream_api_key=spec.api_key,
+                                      device=spec.device, dtype=spec.dtype, batch_wait_ms=5.0)
+        except Exception as exc:
+            if not spec.base_url:
+                raise
+            raise ConnectionError(f"no OpenAI-compatible server answers at {spec.base_url}: {exc}") from exc
         self.store = TraceStore(spec.output.with_suffix(".traces.db"))
         self.server = GatewayServer(create_app(upstream, self.store, model_name=spec.model)).start()
         self.url = self.server.url

@@ -88,21 +88,9 @@ def serve(
     from rllm.gateway.app import create_app
 
     store = TraceStore(store_path, fsync=fsync)
-    if upstreams:
-        from rllm.gateway.http_upstream import HTTPUpstream
-
-        upstream: Any = HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
-                                     api_key=upstream_api_key)
-        asyncio.run(_probe(upstream))  # fail at start-up, not on the first request, when nothing answers
-        upstream = HTTPUpstream(upstreams, kind=upstream.kind, model=upstream.model, api_key=upstream_api_key)
-    else:
-        from rllm.gateway.upstreams import LocalUpstream
-        from rllm.inference.local import LocalEngine
-        from rllm.models import resolve_model
-
-        engine = LocalEngine.from_pretrained(resolve_model(model), device=device, dtype=dtype,
-                                             max_batch_rows=max_batch_rows, batch_wait_ms=2.0)
-        upstream = LocalUpstream(engine, tool_format=tool_format)
+    upstream = build_upstream(model, upstreams, upstream_kind=upstream_kind, upstream_model=upstream_model,
+                              upstream_api_key=upstream_api_key, tool_format=tool_format, device=device,
+                              dtype=dtype, max_batch_rows=max_batch_rows, batch_wait_ms=2.0)
     app = create_app(upstream, store, model_name=model, api_key=api_key, max_body_bytes=max_body_bytes)
     logger.info("serving %s at http://%s:%d/v1 (sessions: /sessions/{id}/v1), traces in %s", model, host, port,
                 store_path)
@@ -110,6 +98,39 @@ def serve(
         uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=60, backlog=4096)
     finally:
         store.close()
+
+
+def build_upstream(
+    model: str,
+    upstreams: list[str],
+    *,
+    upstream_kind: str = "auto",
+    upstream_model: str | None = None,
+    upstream_api_key: str | None = None,
+    tool_format: str = "hermes",
+    device: str = "auto",
+    dtype: str = "auto",
+    max_batch_rows: int = 64,
+    batch_wait_ms: float = 2.0,
+) -> Any:
+    """The gateway's upstream: the OpenAI-compatible servers at ``upstreams`` (probed now, so nothing
+    answering fails at start-up rather than on the first request), or else ``model`` in a local engine
+    whose batches wait ``batch_wait_ms`` for calls arriving a few ms apart."""
+    if upstreams:
+        from rllm.gateway.http_upstream import HTTPUpstream
+
+        probe = HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
+                             api_key=upstream_api_key)
+        asyncio.run(_probe(probe))
+        # A fresh one for the server's own event loop (the probe's aiohttp session belonged to asyncio.run's).
+        return HTTPUpstream(upstreams, kind=probe.kind, model=probe.model, api_key=upstream_api_key)
+    from rllm.gateway.upstreams import LocalUpstream
+    from rllm.inference.local import LocalEngine
+    from rllm.models import resolve_model
+
+    engine = LocalEngine.from_pretrained(resolve_model(model), device=device, dtype=dtype,
+                                         max_batch_rows=max_batch_rows, batch_wait_ms=batch_wait_ms)
+    return LocalUpstream(engine, tool_format=tool_format)
 
 
 async def _probe(upstream: Any) -> None:
