@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,6 @@ class EvalSummary:
     failed: int
     wall_s: float
     output: str
-    extra: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -142,7 +141,7 @@ def summarize(rows: list[dict[str, Any]], spec: EvalSpec, wall_s: float) -> Eval
     for (task_id, _), row in sorted(latest.items()):
         by_item[task_id].append(bool(row.get("is_correct")))
     n = min((len(v) for v in by_item.values()), default=0)
-    flat = [row for row in latest.values()]
+    flat = list(latest.values())
     pass_at = {k: mean_pass_at_k(list(by_item.values()), k) for k in ks_to_report(n)} if n else {}
     return EvalSummary(
         dataset=spec.dataset, model=spec.model_label, items=len(by_item), samples_per_item=n,
