@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm.rewards.instructions import with_instruction
 from rllm.rewards.types import RewardFn, RewardResult
 from rllm.sdk.decorators import AgentConfig, EvalResult, Rollout, evaluator, rollout
 from rllm.types import Episode
+from rllm.workflows.single_turn import question_messages
 
 
 def chat_flow(instruction: str | None = None, system_prompt: str | None = None) -> Rollout:
@@ -24,10 +24,8 @@ def chat_flow(instruction: str | None = None, system_prompt: str | None = None) 
 
     @rollout(name="chat")
     async def chat(task: dict[str, Any], config: AgentConfig) -> str:
-        if "messages" in task:
-            messages = list(task["messages"])
-        else:
-            messages = [{"role": "user", "content": with_instruction(str(task["question"]), instruction)}]
+        messages = question_messages(task, system_prompt=system_prompt, instruction=instruction)
+        # --system-prompt also goes before a task's own messages, unless they open with one.
         if system_prompt and not (messages and messages[0]["role"] == "system"):
             messages.insert(0, {"role": "system", "content": system_prompt})
         # The gateway session enforces temperature, max_tokens and the seed on every call.
