@@ -58,6 +58,8 @@ def test_frozenlake_workflow_and_task_go_together(tiny_model_dir: Path, tmp_path
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "workflow.history_turns=0"))
     with pytest.raises(UnsupportedConfigError, match="per_step"):
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "algorithm.gamma=0.9"))
+    with pytest.raises(UnsupportedConfigError, match="step_weight weighs per_state"):
+        AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "algorithm.step_weight=0.5"))
     with pytest.raises(UnsupportedConfigError, match="drop one"):
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path), workflow=lambda task, ctx: 1.0)
     with pytest.raises(UnsupportedConfigError, match="format_regex"):

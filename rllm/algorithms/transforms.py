@@ -178,12 +178,33 @@ def step_returns(group: TrajectoryGroup, gamma: float = 1.0) -> np.ndarray:
     return np.array(values, dtype=np.float64)
 
 
-Credit = Literal["trajectory", "per_step"]
+Credit = Literal["trajectory", "per_step", "per_state"]
+CREDITS: tuple[str, ...] = Credit.__args__  # type: ignore[attr-defined]
+
+
+def state_groups(group: TrajectoryGroup) -> list[list[int]]:
+    """Indices (into the group's steps, members in order) of the steps that saw the same state, for each
+    state at least two steps saw. A step's state is its prompt: the same token ids mean the same board,
+    page or conversation so far, whichever attempt it came from."""
+    by_state: dict[tuple[int, ...], list[int]] = {}
+    steps = (step for _, traj in group.members for step in traj.steps)
+    for i, step in enumerate(steps):
+        by_state.setdefault(tuple(step.prompt_ids), []).append(i)
+    return [indices for indices in by_state.values() if len(indices) > 1]
+
+
+def state_signal(group: TrajectoryGroup, gamma: float = 1.0) -> np.ndarray:
+    """``filter_groups``'s signal for ``credit="per_state"``: the deviations both levels see (each reward from
+    the group's mean, each same-state return from its set's mean); all zero exactly when neither level has
+    anything to learn."""
+    returns = step_returns(group, gamma)
+    parts = [group.rewards - group.rewards.mean()] + [returns[ix] - returns[ix].mean() for ix in state_groups(group)]
+    return np.concatenate(parts)
 
 
 def compute_advantages(
     groups: list[TrajectoryGroup], estimator: str | dict[str, str], *, credit: Credit = "trajectory",
-    gamma: float = 1.0, **estimator_kwargs: object,
+    gamma: float = 1.0, step_weight: float = 1.0, **estimator_kwargs: object,
 ) -> dict[str, float]:
     """Set ``step.advantage`` on every step of every member trajectory; return advantage metrics.
 
@@ -199,6 +220,13 @@ def compute_advantages(
     group as its members, so a step is compared with every step of the task's attempts (with GRPO:
     ``A_t = (G_t - mean) / std`` over those steps). With ``gamma < 1`` a win reached in fewer turns earns
     more, and early steps of a long episode less.
+
+    ``credit="per_state"`` (GiGPO, Feng et al. 2025): each step gets its trajectory's advantage (as with
+    ``"trajectory"``) plus ``step_weight`` times a step-level advantage: the estimator compares its
+    discounted return only with the returns of the group's other steps that saw the same state (the same
+    prompt tokens, see ``state_groups``). Two attempts at one map that reach the same board compare what
+    they did there, and a good first move of a long detour is no longer measured against the last moves
+    of short wins. A state only one step saw gets no step-level part.
 
     ``estimator_kwargs`` go to each estimator that accepts them (e.g. ``norm_std`` only to grpo); a
     keyword no estimator in use accepts raises ValueError rather than being silently ignored.
@@ -224,12 +252,17 @@ def compute_advantages(
             "remove them or pick an estimator that takes them."
         )
 
-    if credit not in ("trajectory", "per_step"):
-        raise ValueError(f"credit must be 'trajectory' or 'per_step', not {credit!r}")
+    if credit not in CREDITS:
+        raise ValueError(f"credit must be one of {', '.join(CREDITS)}; not {credit!r}")
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if step_weight < 0:
+        raise ValueError(f"step_weight must be >= 0, got {step_weight}")
     all_advantages: list[np.ndarray] = []
     for fn, kwargs, role_groups in plans:
+        if credit == "per_state":
+            all_advantages += _per_state_advantages(fn, kwargs, role_groups, gamma, step_weight)
+            continue
         if credit == "trajectory":
             advantages_by_group = fn([g.rewards for g in role_groups], **kwargs)
             for group, advantages_G in zip(role_groups, advantages_by_group):
@@ -254,6 +287,30 @@ def compute_advantages(
         "advantage/min": float(advantages_N.min()),
         "advantage/max": float(advantages_N.max()),
     }
+
+
+def _per_state_advantages(
+    fn: Callable[..., list[np.ndarray]], kwargs: dict[str, object], groups: list[TrajectoryGroup], gamma: float,
+    step_weight: float,
+) -> list[np.ndarray]:
+    """``credit="per_state"`` for one role's groups: set every step's advantage, return them per group."""
+    episode_level = fn([g.rewards for g in groups], **kwargs)
+    anchors = [state_groups(g) for g in groups]
+    returns = [step_returns(g, gamma) for g in groups]
+    # every same-state set of every group goes to the estimator in one call, each set as its own "group"
+    sets = [returns_S[indices] for returns_S, sets_of_g in zip(returns, anchors) for indices in sets_of_g]
+    step_level = iter(fn(sets, **kwargs) if sets else [])
+    out = []
+    for group, advantages_G, sets_of_g in zip(groups, episode_level, anchors):
+        per_step = [float(a) for (_, traj), a in zip(group.members, advantages_G) for _ in traj.steps]
+        for indices in sets_of_g:
+            for i, a in zip(indices, next(step_level)):
+                per_step[i] += step_weight * float(a)
+        steps = [step for _, traj in group.members for step in traj.steps]
+        for step, advantage in zip(steps, per_step):
+            step.advantage = advantage
+        out.append(np.asarray(per_step, dtype=np.float64))
+    return out
 
 
 def _extends(step: Step, prev_tokens: list[int]) -> bool:

@@ -53,6 +53,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="your @rllm.evaluator as module:function or path.py:function (default: the dataset's reward)")
     p.add_argument("--reward", default=None, help="score with this reward instead of the dataset's (see docs/rewards.md)")
     p.add_argument("--system-prompt", default=None, help="a system message for the built-in chat flow")
+    p.add_argument("--max-turns", type=int, default=None,
+                   help="frozenlake: most moves per game (default 5, as examples/frozenlake trains)")
+    p.add_argument("--history-turns", default=None,
+                   help="frozenlake: earlier (board, reply) turns kept in the prompt, or 'all' (default 0)")
     p.add_argument("--device", default="auto", help="local model device (auto, cpu, cuda)")
     p.add_argument("--dtype", default="auto", help="local model dtype (auto, float32, bfloat16)")
     p.set_defaults(func=run_eval_command)
@@ -80,6 +84,13 @@ def load_object(spec: str) -> Any:
     return getattr(module, attr)
 
 
+def _int_option(flag: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{flag} takes a whole number or 'all', got {value!r}") from None
+
+
 def default_output(dataset: str, split: str, model: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model.rstrip("/").split("/")[-1] if "/" in model else model)
     return Path("evals") / f"{dataset}-{split}-{slug}.jsonl"
@@ -102,15 +113,22 @@ def run_eval_command(args: argparse.Namespace) -> int:
     try:
         tasks, reward_name = eval_tasks(args.dataset, args.split, args.max_examples)
         reward_name = args.reward or reward_name
+        game_options = {key: value for key, value in (("max_turns", args.max_turns),
+                                                      ("history_turns", args.history_turns)) if value is not None}
+        if game_options and (args.flow or reward_name != "frozenlake"):
+            flags = ", ".join("--" + key.replace("_", "-") for key in game_options)
+            raise ValueError(f"{flags} set(s) the built-in frozenlake game; it does not apply to this flow")
         if args.flow:
             flow = load_object(args.flow)
         elif reward_name == "frozenlake":
-            flow = frozenlake_flow
+            history = game_options.get("history_turns", "0")
+            flow = frozenlake_flow(game_options.get("max_turns", 5),
+                                   None if history == "all" else _int_option("--history-turns", history))
         else:
             flow = chat_flow(answer_instruction(reward_name), args.system_prompt)
         if args.evaluator:
             evaluator_fn = load_object(args.evaluator)
-        elif flow is frozenlake_flow:
+        elif reward_name == "frozenlake" and not args.flow:
             evaluator_fn = None  # the environment scores the episode
         elif reward_name is None:
             raise ValueError(f"dataset {args.dataset!r} names no reward: pass --reward NAME or --evaluator")

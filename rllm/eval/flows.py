@@ -50,29 +50,28 @@ def reward_evaluator(reward_fn: RewardFn) -> Any:
     return score
 
 
-@rollout(name="frozenlake")
-async def frozenlake_flow(task: dict[str, Any], config: AgentConfig) -> EvalResult:
-    """Play the task's map, one move per chat call, showing only the current board (as in training)."""
+def frozenlake_flow(max_turns: int = 5, history_turns: int | None = 0) -> Rollout:
+    """Play the task's FrozenLake map, one chat call per move, with the training workflow's own loop
+    (``rllm.workflows.multi_turn.play``) and agent; the defaults are ``examples/frozenlake``'s."""
     from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv
+    from rllm.workflows.multi_turn import play
 
-    env, agent = FrozenLakeEnv.from_task(task), FrozenLakeAgent(history_turns=0)
-    max_turns = int(task.get("max_turns", 5))
-    agent.reset(task)
-    observation, info = env.reset()
-    agent.observe(observation, 0.0, False, info)
-    client = config.async_client()
-    moves: list[str] = []
-    for _ in range(max_turns):
-        reply = await client.chat.completions.create(model=config.model, messages=agent.messages)
-        action = agent.act(reply.choices[0].message.content or "")
-        if not isinstance(action, str):  # InvalidAction: shown to the model, costs the turn
-            agent.observe(action.message, 0.0, False, {"invalid_action": True})
-            moves.append("invalid")
-            continue
-        moves.append(action)
-        result = env.step(action)
-        agent.observe(result.observation, result.reward, result.done, result.info)
-        if result.done:
-            break
-    success = env.grid[env.position[0]][env.position[1]] == "G"
-    return EvalResult(reward=float(success), is_correct=success, info={"moves": moves})
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    FrozenLakeAgent(history_turns=history_turns)  # refuse a bad history_turns now, not once per episode
+
+    @rollout(name="frozenlake")
+    async def frozenlake(task: dict[str, Any], config: AgentConfig) -> EvalResult:
+        env, agent = FrozenLakeEnv.from_task(task), FrozenLakeAgent(history_turns=history_turns)
+        agent.reset(task)
+        client = config.async_client()
+
+        async def chat(messages: list[dict[str, Any]]) -> str:
+            reply = await client.chat.completions.create(model=config.model, messages=messages)
+            return reply.choices[0].message.content or ""
+
+        game = await play(env, agent, chat, max_turns=max_turns)
+        moves = [action if action is not None else "invalid" for action in game.actions]
+        return EvalResult(reward=float(game.success), is_correct=game.success, info={"moves": moves})
+
+    return frozenlake

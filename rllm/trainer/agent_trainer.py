@@ -27,6 +27,7 @@ from rllm.algorithms.transforms import (
     compute_advantages,
     filter_groups,
     group_episodes,
+    state_signal,
     step_returns,
 )
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
@@ -227,13 +228,15 @@ class AgentTrainer:
 
         groups = group_episodes(episodes)
         alg = cfg.algorithm
-        signal = (lambda g: step_returns(g, alg.gamma)) if alg.credit == "per_step" else None
+        signal = {"per_step": lambda g: step_returns(g, alg.gamma),
+                  "per_state": lambda g: state_signal(g, alg.gamma)}.get(alg.credit)
         groups, fmetrics = filter_groups(groups, self.filters, signal=signal)
         metrics.update(fmetrics)
         t1 = time.perf_counter()
         if groups:
             est_kwargs = {"norm_std": cfg.algorithm.norm_std} if _uses(cfg.algorithm.advantage, "grpo") else {}
-            metrics.update(compute_advantages(groups, alg.advantage, credit=alg.credit, gamma=alg.gamma, **est_kwargs))
+            metrics.update(compute_advantages(groups, alg.advantage, credit=alg.credit, gamma=alg.gamma,
+                                                step_weight=alg.step_weight, **est_kwargs))
             batch = build_train_batch(groups, merge=alg.merge_turns)
             if cfg.algorithm.loss_norm == "sampled":  # skipped zero-variance rows still count in the mean
                 batch.loss_norm_tokens = batch.num_response_tokens + fmetrics["filter/zero_variance_response_tokens"]

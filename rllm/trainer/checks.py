@@ -68,8 +68,12 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             re.compile(sh.format_regex)
         except re.error as exc:
             raise UnsupportedConfigError(f"algorithm.shaping.format_regex is not a valid regex: {exc}") from None
-    if cfg.algorithm.gamma != 1.0 and cfg.algorithm.credit != "per_step":
-        raise UnsupportedConfigError("algorithm.gamma discounts per-step returns: set algorithm.credit=per_step")
+    if cfg.algorithm.gamma != 1.0 and cfg.algorithm.credit == "trajectory":
+        raise UnsupportedConfigError(
+            "algorithm.gamma discounts per-step returns: set algorithm.credit=per_step or per_state")
+    if cfg.algorithm.step_weight != 1.0 and cfg.algorithm.credit != "per_state":
+        raise UnsupportedConfigError("algorithm.step_weight weighs per_state credit's step level: "
+                                     "set algorithm.credit=per_state")
     t, default_sample = cfg.trainer, type(cfg.trainer).model_fields["store_episodes_per_step"].default
     if not t.store_enabled and (t.store is not None or t.store_episodes_per_step != default_sample):
         raise UnsupportedConfigError(

@@ -120,12 +120,15 @@ class AlgorithmConfig(_Section):
         "role -> estimator with 'default' as fallback.",
     )
     norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
-    credit: Literal["trajectory", "per_step"] = Field(
+    credit: Literal["trajectory", "per_step", "per_state"] = Field(
         "trajectory",
         description="Credit assignment: 'trajectory' broadcasts each trajectory's advantage to all its steps; "
-        "'per_step' gives each step its discounted return (gamma) and compares steps within the group.",
+        "'per_step' gives each step its discounted return (gamma) and compares steps within the group; "
+        "'per_state' (GiGPO) adds to the trajectory's advantage step_weight x the step's discounted return "
+        "compared only with the group's steps that saw the same state (the same prompt).",
     )
-    gamma: float = Field(1.0, ge=0, le=1, description="per_step credit: discount per turn.")
+    gamma: float = Field(1.0, ge=0, le=1, description="per_step / per_state credit: discount per turn.")
+    step_weight: float = Field(1.0, ge=0, description="per_state credit: weight of the step-level advantage.")
     merge_turns: bool = Field(
         True, description="Train consecutive turns of a trajectory as one sequence when they extend each other "
         "token for token (the environment's tokens in between are masked out).",

@@ -19,7 +19,8 @@ costs a turn and is shown to the model (metric ``agent/invalid_actions``); it ne
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.agents.base import Agent, InvalidAction
@@ -38,6 +39,63 @@ def _env_factory(env: type[Env] | EnvFactory) -> EnvFactory:
     if isinstance(env, type) and issubclass(env, Env):
         return env.from_task
     return env
+
+
+@dataclass
+class GameResult:
+    """How one agent x environment game ended: see ``play``."""
+
+    total: float = 0.0  # the sum of the turn rewards
+    turns: int = 0
+    invalid: int = 0  # replies with no usable action
+    reason: TerminationReason = TerminationReason.MAX_TURNS
+    last: EnvStep = field(default_factory=EnvStep)  # the environment's last answer
+    actions: list[Any] = field(default_factory=list)  # each turn's action, None for an invalid reply
+
+    @property
+    def success(self) -> bool:
+        """The environment's ``info["success"]`` on its last answer, else a positive return."""
+        success = self.last.info.get("success")
+        return bool(success) if success is not None else self.total > 0
+
+
+async def play(
+    env: Env, agent: Agent, chat: Callable[[list[dict[str, Any]]], Awaitable[str]], *, max_turns: int,
+    invalid_action_reward: float = 0.0, on_turn: Callable[[float, dict[str, Any]], None] | None = None,
+) -> GameResult:
+    """Play one game: ``chat(agent.messages)`` gives the model's reply each turn, the agent turns it into an
+    action, the environment answers, at most ``max_turns`` turns. ``on_turn(reward, info)`` is called after
+    each turn (``info``: ``action`` or ``invalid_action``). The environment is closed at the end.
+
+    The training workflow plays through a ``RolloutContext`` (each turn a traced Step) and ``rllm eval``
+    through any OpenAI client; both share this loop, so they play the same game.
+    """
+    result = GameResult()
+    try:
+        observation, info = await _maybe_await(env.reset())
+        agent.observe(observation, 0.0, False, info)
+        for result.turns in range(1, max_turns + 1):
+            action = agent.act(await chat(agent.messages))
+            if isinstance(action, InvalidAction):
+                result.invalid += 1
+                result.total += invalid_action_reward
+                result.actions.append(None)
+                if on_turn:
+                    on_turn(invalid_action_reward, {"invalid_action": True})
+                agent.observe(action.message, invalid_action_reward, False, {"invalid_action": True})
+                continue
+            result.last = last = await _maybe_await(env.step(action))
+            result.total += float(last.reward)
+            result.actions.append(action)
+            if on_turn:
+                on_turn(float(last.reward), {"action": action if isinstance(action, (str, int, float)) else repr(action)})
+            agent.observe(last.observation, last.reward, last.done, last.info)
+            if last.done:
+                result.reason = TerminationReason.ENV_DONE
+                break
+    finally:
+        env.close()
+    return result
 
 
 class MultiTurnWorkflow:
@@ -65,38 +123,21 @@ class MultiTurnWorkflow:
         env = self.make_env(task)
         agent = self.make_agent()
         agent.reset(task)
-        total, turns, invalid = 0.0, 0, 0
-        reason = TerminationReason.MAX_TURNS
-        last = EnvStep()
-        try:
-            observation, info = await _maybe_await(env.reset())
-            agent.observe(observation, 0.0, False, info)
-            for turns in range(1, self.max_turns + 1):
-                completion = await ctx.chat(agent.messages, trajectory=self.role)
-                step = ctx.trajectories[self.role].steps[-1]
-                action = agent.act(completion.text)
-                if isinstance(action, InvalidAction):
-                    invalid += 1
-                    step.reward = self.invalid_action_reward
-                    step.info["invalid_action"] = True
-                    total += step.reward
-                    agent.observe(action.message, step.reward, False, {"invalid_action": True})
-                    continue
-                last = await _maybe_await(env.step(action))
-                step.reward = float(last.reward)
-                step.info["action"] = action if isinstance(action, (str, int, float)) else repr(action)
-                total += step.reward
-                agent.observe(last.observation, last.reward, last.done, last.info)
-                if last.done:
-                    reason = TerminationReason.ENV_DONE
-                    break
-        finally:
-            env.close()
-        success = last.info.get("success")
+
+        async def chat(messages: list[dict[str, Any]]) -> str:
+            return (await ctx.chat(messages, trajectory=self.role)).text
+
+        def on_turn(reward: float, info: dict[str, Any]) -> None:
+            step = ctx.trajectories[self.role].steps[-1]
+            step.reward = reward
+            step.info.update(info)
+
+        game = await play(env, agent, chat, max_turns=self.max_turns,
+                          invalid_action_reward=self.invalid_action_reward, on_turn=on_turn)
         return Outcome(
-            reward=total,
-            is_correct=bool(success) if success is not None else total > 0,
-            termination_reason=reason,
-            metrics={"env/turns": float(turns), "agent/invalid_actions": float(invalid),
-                     "env/done": float(reason == TerminationReason.ENV_DONE)},
+            reward=game.total,
+            is_correct=game.success,
+            termination_reason=game.reason,
+            metrics={"env/turns": float(game.turns), "agent/invalid_actions": float(game.invalid),
+                     "env/done": float(game.reason == TerminationReason.ENV_DONE)},
         )

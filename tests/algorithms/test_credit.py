@@ -11,6 +11,8 @@ from rllm.algorithms.transforms import (
     discounted_returns,
     filter_groups,
     group_episodes,
+    state_groups,
+    state_signal,
     step_returns,
 )
 from rllm.rewards.shaping import apply_shaping, format_bonus, overlong_penalty
@@ -115,3 +117,60 @@ def test_format_bonus_and_overlong_penalty() -> None:
     assert failed.trajectories[0].reward == 0.0 and failed.metrics == {}
     with pytest.raises(ValueError, match="buffer"):
         overlong_penalty(max_tokens=8, buffer=9)
+
+
+def _move(prompt: list[int], reward: float) -> Step:
+    return Step(prompt_ids=prompt, response_ids=[7], logprobs=[-0.1], reward=reward)
+
+
+def test_per_state_credit_compares_steps_that_saw_the_same_state() -> None:
+    # Three attempts from the same start board [1]: a 1-move win, a hole, and a detour through board [2]
+    # that wins on its second move. A fourth reaches board [2] too and then falls in.
+    win = Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
+    hole = Episode(task_id="t", reward=0.0, trajectories=[Trajectory(steps=[_move([1], 0.0)], reward=0.0)])
+    detour = Episode(task_id="t", reward=1.0,
+                     trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 1.0)], reward=1.0)])
+    lost = Episode(task_id="t", reward=0.0,
+                   trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 0.0)], reward=0.0)])
+    groups = group_episodes([win, hole, detour, lost])
+    assert state_groups(groups[0]) == [[0, 1, 2, 4], [3, 5]]
+    compute_advantages(groups, "grpo", credit="per_state", gamma=0.3, step_weight=0.5, norm_std=False)
+
+    episode_adv = np.array([1.0, 0.0, 1.0, 0.0]) - 0.5
+    start_returns = np.array([1.0, 0.0, 0.3, 0.0])  # G at board [1]: the detour's win is one move away
+    start_adv = start_returns - start_returns.mean()
+    board2_adv = np.array([1.0, 0.0]) - 0.5
+    got = [[s.advantage for s in e.trajectories[0].steps] for e in (win, hole, detour, lost)]
+    assert got[0] == pytest.approx([episode_adv[0] + 0.5 * start_adv[0]])
+    assert got[1] == pytest.approx([episode_adv[1] + 0.5 * start_adv[1]])
+    assert got[2] == pytest.approx([episode_adv[2] + 0.5 * start_adv[2], episode_adv[2] + 0.5 * board2_adv[0]])
+    assert got[3] == pytest.approx([episode_adv[3] + 0.5 * start_adv[3], episode_adv[3] + 0.5 * board2_adv[1]])
+    # The detour's first move beats the hole at the same board, though its return is below the group's mean
+    # step return (per_step credit would have called it a bad move).
+    assert got[2][0] > got[1][0]
+    compute_advantages(groups, "grpo", credit="per_step", gamma=0.3, norm_std=False)
+    assert detour.trajectories[0].steps[0].advantage < 0
+
+
+def test_per_state_credit_gives_a_state_seen_once_only_the_episode_level() -> None:
+    a = Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
+    b = Episode(task_id="t", reward=0.0, trajectories=[Trajectory(steps=[_move([3], 0.0)], reward=0.0)])
+    groups = group_episodes([a, b])
+    assert state_groups(groups[0]) == []
+    compute_advantages(groups, "grpo", credit="per_state", norm_std=False)
+    assert [a.trajectories[0].steps[0].advantage, b.trajectories[0].steps[0].advantage] == [0.5, -0.5]
+
+
+def test_per_state_filter_signal_is_zero_only_when_neither_level_learns() -> None:
+    same = [Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
+            for _ in range(3)]
+    kept, _ = filter_groups(group_episodes(same), FilterConfig(), signal=lambda g: state_signal(g, 0.9))
+    assert kept == []
+    # Equal outcomes, but at the same start one attempt won at once and one took two moves: step-level signal.
+    fast = Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
+    slow = Episode(task_id="t", reward=1.0,
+                   trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 1.0)], reward=1.0)])
+    kept, _ = filter_groups(group_episodes([fast, slow]), FilterConfig(), signal=lambda g: state_signal(g, 0.9))
+    assert len(kept) == 1
+    with pytest.raises(ValueError, match="step_weight"):
+        compute_advantages(kept, "grpo", credit="per_state", step_weight=-1.0)

@@ -208,8 +208,22 @@ def test_user_flow_and_evaluator_from_a_file(tiny_model_dir: Path, tmp_path: Pat
 def test_frozenlake_eval_plays_the_maps(tiny_model_dir: Path, tmp_path: Path) -> None:
     tasks = make_tasks("frozenlake", "test", 4)
     summary = run_eval(_spec(tmp_path, tiny_model_dir, dataset="frozenlake", output=tmp_path / "fl.jsonl"),
-                       tasks, frozenlake_flow, None, show_progress=False)
+                       tasks, frozenlake_flow(), None, show_progress=False)
     rows = load_results(tmp_path / "fl.jsonl")
     assert summary.items == 4 and summary.failed == 0
     for r in rows:
         assert 1 <= len(r["info"]["moves"]) <= 5 and r["reward"] == float(r["is_correct"])
+
+
+def test_frozenlake_game_options_reach_the_game_and_are_refused_elsewhere(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "fl2.jsonl"
+    code = main(["eval", "frozenlake", "--model", str(tiny_model_dir), "--max-examples", "3", "--max-tokens", "4",
+                 "--device", "cpu", "--max-turns", "2", "--history-turns", "all", "--output", str(out), "--no-store"])
+    assert code == 0, capsys.readouterr().err
+    assert all(1 <= len(r["info"]["moves"]) <= 2 for r in load_results(out))
+    code = main(["eval", "larger", "--model", str(tiny_model_dir), "--max-turns", "2", "--no-store"])
+    assert code == 2 and "--max-turns" in capsys.readouterr().err
+    code = main(["eval", "frozenlake", "--model", str(tiny_model_dir), "--history-turns", "some", "--no-store"])
+    assert code == 2 and "--history-turns takes a whole number or 'all'" in capsys.readouterr().err
