@@ -7,8 +7,8 @@ Each turn is one LLM call, recorded as one Step whose prompt is the whole conver
 ``reward`` is the environment's reward for that turn. The transform pipeline joins the turns of a
 trajectory into one training row when they extend each other token for token; the environment's
 messages between them are then masked out of the loss (``loss_mask`` 0), and only the model's own
-tokens are trained on. The episode's return is the sum of the step rewards; per-step credit
-(``algorithm.credit=per_step``) discounts them with ``algorithm.gamma``.
+tokens are trained on. The episode's return is the sum of the step rewards; per-step or per-state credit
+(``algorithm.credit=per_step`` or ``per_state``) discounts them with ``algorithm.gamma``.
 
 The episode is correct when the last step's ``info["success"]`` is true (an environment that does not
 say is judged by a positive return). Termination reasons: ``env_done`` (the environment said done), ``max_turns`` (the turn limit came
