@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -179,7 +179,7 @@ def step_returns(group: TrajectoryGroup, gamma: float = 1.0) -> np.ndarray:
 
 
 Credit = Literal["trajectory", "per_step", "per_state"]
-CREDITS: tuple[str, ...] = Credit.__args__  # type: ignore[attr-defined]
+CREDITS: tuple[str, ...] = get_args(Credit)
 
 
 def state_groups(group: TrajectoryGroup) -> list[list[int]]:

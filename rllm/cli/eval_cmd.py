@@ -113,14 +113,15 @@ def run_eval_command(args: argparse.Namespace) -> int:
     try:
         tasks, reward_name = eval_tasks(args.dataset, args.split, args.max_examples)
         reward_name = args.reward or reward_name
+        plays_game = reward_name == "frozenlake" and not args.flow  # the built-in game flow; it scores itself
         game_options = {key: value for key, value in (("max_turns", args.max_turns),
                                                       ("history_turns", args.history_turns)) if value is not None}
-        if game_options and (args.flow or reward_name != "frozenlake"):
+        if game_options and not plays_game:
             flags = ", ".join("--" + key.replace("_", "-") for key in game_options)
             raise ValueError(f"{flags} set(s) the built-in frozenlake game; it does not apply to this flow")
         if args.flow:
             flow = load_object(args.flow)
-        elif reward_name == "frozenlake":
+        elif plays_game:
             history = game_options.get("history_turns", "0")
             flow = frozenlake_flow(game_options.get("max_turns", 5),
                                    None if history == "all" else _int_option("--history-turns", history))
@@ -128,7 +129,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
             flow = chat_flow(answer_instruction(reward_name), args.system_prompt)
         if args.evaluator:
             evaluator_fn = load_object(args.evaluator)
-        elif reward_name == "frozenlake" and not args.flow:
+        elif plays_game:
             evaluator_fn = None  # the environment scores the episode
         elif reward_name is None:
             raise ValueError(f"dataset {args.dataset!r} names no reward: pass --reward NAME or --evaluator")

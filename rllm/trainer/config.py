@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.algorithms.losses import LossConfig
+from rllm.algorithms.transforms import Credit
 
 
 class _Section(BaseModel):
@@ -120,7 +121,7 @@ class AlgorithmConfig(_Section):
         "role -> estimator with 'default' as fallback.",
     )
     norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
-    credit: Literal["trajectory", "per_step", "per_state"] = Field(
+    credit: Credit = Field(
         "trajectory",
         description="Credit assignment: 'trajectory' broadcasts each trajectory's advantage to all its steps; "
         "'per_step' gives each step its discounted return (gamma) and compares steps within the group; "
