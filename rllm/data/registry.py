@@ -19,6 +19,7 @@ Hub benchmarks (gsm8k, MATH-500, ...) are pulled into the registry by ``rllm.dat
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from rllm.data.schema import (
@@ -357,8 +359,10 @@ _ARITHMETIC = {
 }
 
 
-def builtin_datasets() -> dict[str, BuiltinDataset]:
-    """The datasets rllm generates itself, by name: no download, any size, disjoint train/test splits."""
+@functools.cache
+def builtin_datasets() -> Mapping[str, BuiltinDataset]:
+    """The datasets rllm generates itself, by name: no download, any size, disjoint train/test splits.
+    Built once (``DatasetRegistry.list`` and every lookup read it) and read-only."""
     table = {
         name: BuiltinDataset(name, "number", f"{about} (generated)", _arithmetic(name))
         for name, about in _ARITHMETIC.items()
@@ -386,4 +390,4 @@ def builtin_datasets() -> dict[str, BuiltinDataset]:
         "code_problems", "code", "small Python problems with unit tests, written for rllm", _code_problems, sizes,
         fixed=True,
     )
-    return table
+    return MappingProxyType(table)
