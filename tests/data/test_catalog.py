@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rllm.data.catalog import CATALOG, DatasetPullError, catalog_entry, pull
-from rllm.data.catalog.code_sets import decode_lcb_tests
+from rllm.data.catalog.code_sets import DecompressedTooLarge, decode_lcb_tests
 from rllm.data.registry import DatasetRegistry
 from rllm.rewards.registry import reward_names
 
@@ -232,6 +232,27 @@ def test_lcb_private_tests_never_unpickle_objects() -> None:
     with pytest.raises(pickle.UnpicklingError, match="refusing to load builtins.print"):
         decode_lcb_tests(hostile)
     assert decode_lcb_tests("") == [] and decode_lcb_tests('[{"input": "1"}]') == [{"input": "1"}]
+
+
+def test_lcb_private_tests_refuse_a_compression_bomb() -> None:
+    # 64 MiB of zeros compress to about 64 KiB: past a 1 MiB limit, inflating stops at the limit.
+    inflater = zlib.compressobj(9)
+    bomb = inflater.compress(b"\0" * (64 * 1024 * 1024)) + inflater.flush()
+    assert len(bomb) < 100_000
+    value = base64.b64encode(bomb).decode()
+    with pytest.raises(DecompressedTooLarge, match=r"problem 'X1'.*inflate past 1048576 bytes"):
+        decode_lcb_tests(value, source="problem 'X1'", max_decompressed_bytes=1024 * 1024)
+    honest = _lcb_private([{"input": "1\n", "output": "2\n", "testtype": "stdin"}] * 1000)
+    assert len(decode_lcb_tests(honest, max_decompressed_bytes=1024 * 1024)) == 1000
+    with pytest.raises(zlib.error, match="end before"):  # a truncated stream is an error, not a short list
+        decode_lcb_tests(base64.b64encode(zlib.compress(b"x" * 1000)[:-8]).decode())
+
+
+def test_a_bomb_in_a_livecodebench_row_names_the_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rllm.data.catalog.code_sets.MAX_DECOMPRESSED_BYTES", 1024 * 1024)
+    bomb = base64.b64encode(zlib.compress(b"\0" * (8 * 1024 * 1024), 9)).decode()
+    with pytest.raises(ValueError, match=r"hub row 0 .*DecompressedTooLarge: livecodebench problem '1873A'"):
+        convert("livecodebench", [{**LCB[0], "private_test_cases": bomb}])
 
 
 # ------------------------------------------------------------------------------------ qa and choices
