@@ -8,31 +8,60 @@ broadcasts to every token the trajectory produced.
 
 Estimators are named in config, so they live in the ``ADVANTAGE_ESTIMATORS`` registry; look one up with
 ``get_advantage_estimator(name)``.
+
+Every estimator that divides by a standard deviation (``grpo`` per group, ``reinforce_pp`` per batch) takes
+``std``: ``"sample"`` (the default) is the Bessel-corrected std, ``sqrt(sum((x - mean)^2) / (n - 1))``, as
+TRL's ``GRPOTrainer`` (``nanstd``) and verl's ``compute_grpo_outcome_advantage`` (``torch.std``) use, so
+"grpo" means here what it means there; ``"population"`` divides by ``n`` instead, which makes the
+advantages ``sqrt(n / (n - 1))`` smaller (7 % at a group of 8). ``rloo``, ``dr_grpo`` and ``reinforce``
+use no std.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import numpy as np
 
 AdvantageEstimator = Callable[..., list[np.ndarray]]
+
+StdKind = Literal["sample", "population"]
+"""Which standard deviation an estimator divides by: ``"sample"`` (ddof=1) or ``"population"`` (ddof=0)."""
+STD_KINDS: tuple[str, ...] = get_args(StdKind)
 
 
 def _as_float_arrays(rewards_by_group: list[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(rewards_G, dtype=np.float64).reshape(-1) for rewards_G in rewards_by_group]
 
 
-def grpo(rewards_by_group: list[np.ndarray], *, norm_std: bool = True, eps: float = 1e-6) -> list[np.ndarray]:
+def _ddof(std: StdKind) -> int:
+    """The delta degrees of freedom of ``std`` (the divisor is ``n - ddof``); a clear error for anything else."""
+    if std not in STD_KINDS:
+        close = difflib.get_close_matches(str(std), STD_KINDS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"std must be one of {', '.join(STD_KINDS)}, not {std!r}.{hint}")
+    return 1 if std == "sample" else 0
+
+
+def grpo(
+    rewards_by_group: list[np.ndarray], *, norm_std: bool = True, std: StdKind = "sample", eps: float = 1e-6
+) -> list[np.ndarray]:
     """Group-relative advantages (GRPO, Shao et al. 2024).
 
         A_i = (r_i - mean_G(r)) / (std_G(r) + eps)     if norm_std
         A_i =  r_i - mean_G(r)                          otherwise
 
-    ``std_G`` is the population standard deviation (ddof=0) of the group's rewards. A group of size 1 has
-    no baseline to compare against and gets advantage 0.
+    ``std_G`` is the group's sample standard deviation, ``sqrt(sum_i (r_i - mean_G(r))^2 / (G - 1))``
+    (Bessel-corrected, ddof=1), the convention of TRL's ``GRPOTrainer`` and verl's GRPO; ``std="population"``
+    divides by ``G`` instead (ddof=0). ``eps = 1e-6`` is verl's (TRL adds 1e-4); it only matters for groups
+    whose std is near 0, and a group whose rewards are all equal gets advantage 0 either way.
+
+    A group of size 1 has no baseline to compare against (and no sample std) and gets advantage 0, under
+    either ``std``. (verl instead passes a singleton's raw reward through; TRL requires groups of >= 2.)
     """
+    ddof = _ddof(std)
     advantages_by_group = []
     for rewards_G in _as_float_arrays(rewards_by_group):
         if rewards_G.size <= 1:
@@ -40,7 +69,7 @@ def grpo(rewards_by_group: list[np.ndarray], *, norm_std: bool = True, eps: floa
             continue
         advantages_G = rewards_G - rewards_G.mean()
         if norm_std:
-            advantages_G = advantages_G / (rewards_G.std(ddof=0) + eps)
+            advantages_G = advantages_G / (rewards_G.std(ddof=ddof) + eps)
         advantages_by_group.append(advantages_G)
     return advantages_by_group
 
@@ -82,7 +111,9 @@ def reinforce(rewards_by_group: list[np.ndarray]) -> list[np.ndarray]:
     return [rewards_G.copy() for rewards_G in _as_float_arrays(rewards_by_group)]
 
 
-def reinforce_pp(rewards_by_group: list[np.ndarray], *, eps: float = 1e-6) -> list[np.ndarray]:
+def reinforce_pp(
+    rewards_by_group: list[np.ndarray], *, std: StdKind = "sample", eps: float = 1e-6
+) -> list[np.ndarray]:
     """REINFORCE++ with a group baseline (Hu 2025; verl's ``reinforce_plus_plus_baseline``).
 
     Subtract each group's mean, then whiten across the whole batch (every group passed in together):
@@ -90,11 +121,14 @@ def reinforce_pp(rewards_by_group: list[np.ndarray], *, eps: float = 1e-6) -> li
         a_i = r_i - mean_G(r)
         A_i = (a_i - mean_batch(a)) / (std_batch(a) + eps)
 
-    ``std_batch`` is the population standard deviation (ddof=0) over all trajectories of all groups.
+    ``std_batch`` is the sample standard deviation (ddof=1, as verl's ``masked_whiten``) over all N
+    trajectories of all groups; ``std="population"`` divides by N instead. A batch of one trajectory has
+    no sample std and gets advantage 0 (its centred reward is 0 anyway).
     Unlike verl, which whitens over tokens (so long responses weigh more), this whitens over trajectories,
     since advantages here are one scalar per trajectory; and a group of size 1 is centred to 0 like any
     other group (verl keeps a singleton's raw reward).
     """
+    ddof = _ddof(std)
     centred_by_group = [
         rewards_G - rewards_G.mean() if rewards_G.size else rewards_G
         for rewards_G in _as_float_arrays(rewards_by_group)
@@ -104,8 +138,9 @@ def reinforce_pp(rewards_by_group: list[np.ndarray], *, eps: float = 1e-6) -> li
     centred_N = np.concatenate(centred_by_group)
     if centred_N.size == 0:
         return centred_by_group
-    mean, std = centred_N.mean(), centred_N.std(ddof=0)
-    return [(centred_G - mean) / (std + eps) for centred_G in centred_by_group]
+    mean = centred_N.mean()
+    std_batch = centred_N.std(ddof=ddof) if centred_N.size > ddof else 0.0
+    return [(centred_G - mean) / (std_batch + eps) for centred_G in centred_by_group]
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {

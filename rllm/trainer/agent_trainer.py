@@ -234,7 +234,11 @@ class AgentTrainer:
         metrics.update(fmetrics)
         t1 = time.perf_counter()
         if groups:
-            est_kwargs = {"norm_std": cfg.algorithm.norm_std} if _uses(cfg.algorithm.advantage, "grpo") else {}
+            est_kwargs: dict[str, object] = {}
+            if _uses(alg.advantage, "grpo"):
+                est_kwargs["norm_std"] = alg.norm_std
+            if _uses(alg.advantage, "grpo") or _uses(alg.advantage, "reinforce_pp"):
+                est_kwargs["std"] = alg.std
             metrics.update(compute_advantages(groups, alg.advantage, credit=alg.credit, gamma=alg.gamma,
                                                 step_weight=alg.step_weight, **est_kwargs))
             batch = build_train_batch(groups, merge=alg.merge_turns)

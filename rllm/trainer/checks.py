@@ -47,6 +47,13 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
         )
+    estimators = set(adv.values() if isinstance(adv, dict) else [adv])
+    divides_by_std = (cfg.algorithm.norm_std and "grpo" in estimators) or "reinforce_pp" in estimators
+    if cfg.algorithm.std != type(cfg.algorithm).model_fields["std"].default and not divides_by_std:
+        raise UnsupportedConfigError(
+            "algorithm.std picks the std that grpo (with algorithm.norm_std=true) and reinforce_pp divide by, and "
+            f"the estimator(s) in use ({', '.join(sorted(estimators))}) divide by none: drop algorithm.std"
+        )
     if cfg.rollout.temperature == 0:
         raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
     if (cfg.workflow.name == "frozenlake") != (cfg.data.task == "frozenlake"):

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rllm.algorithms.advantages import StdKind
 from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit
 
@@ -121,6 +122,12 @@ class AlgorithmConfig(_Section):
         "role -> estimator with 'default' as fallback.",
     )
     norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
+    std: StdKind = Field(
+        "sample",
+        description="The std grpo (per group, with norm_std) and reinforce_pp (per batch) divide by: 'sample' "
+        "(Bessel-corrected, n - 1: TRL's and verl's convention) or 'population' (n; advantages sqrt((n-1)/n) "
+        "smaller, 7% at a group of 8).",
+    )
     credit: Credit = Field(
         "trajectory",
         description="Credit assignment: 'trajectory' broadcasts each trajectory's advantage to all its steps; "

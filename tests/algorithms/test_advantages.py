@@ -18,9 +18,15 @@ def _arr(*xs: float) -> np.ndarray:
     return np.array(xs, dtype=np.float64)
 
 
-def test_grpo_normalises_by_population_std():
-    # mean = 0.5, population std = sqrt(mean((±0.5)^2)) = 0.5  ->  ±0.5 / 0.5 = ±1
+def test_grpo_normalises_by_sample_std():
+    # mean = 0.5, sample std = sqrt(4 * 0.25 / (4 - 1)) = 1/sqrt(3)  ->  ±0.5 * sqrt(3) = ±0.866
     (adv,) = grpo([_arr(1, 0, 0, 1)])
+    np.testing.assert_allclose(adv, [0.5 * np.sqrt(3), -0.5 * np.sqrt(3), -0.5 * np.sqrt(3), 0.5 * np.sqrt(3)], rtol=1e-5)
+
+
+def test_grpo_can_normalise_by_population_std():
+    # mean = 0.5, population std = sqrt(mean((±0.5)^2)) = 0.5  ->  ±0.5 / 0.5 = ±1
+    (adv,) = grpo([_arr(1, 0, 0, 1)], std="population")
     np.testing.assert_allclose(adv, [1, -1, -1, 1], rtol=1e-5)
 
 
@@ -31,10 +37,11 @@ def test_grpo_without_std_is_mean_centred():
 
 
 def test_grpo_groups_are_independent_and_degenerate_groups_give_zero():
-    # group 2: mean 2, std 1 -> [1, -1]; a singleton and a constant group carry no signal -> 0
+    # group 2: mean 2, sample std sqrt((1 + 1) / 1) = sqrt(2) -> ±1/sqrt(2); a singleton and a constant
+    # group carry no signal -> 0
     adv = grpo([_arr(3.0), _arr(3, 1), _arr(2, 2)])
     np.testing.assert_allclose(adv[0], [0.0])
-    np.testing.assert_allclose(adv[1], [1, -1], rtol=1e-5)
+    np.testing.assert_allclose(adv[1], [1 / np.sqrt(2), -1 / np.sqrt(2)], rtol=1e-5)
     np.testing.assert_allclose(adv[2], [0, 0])
 
 
@@ -62,11 +69,14 @@ def test_reinforce_is_raw_reward():
 
 
 def test_reinforce_pp_whitens_across_all_groups():
-    # centred: [0.5, -0.5] and [0, 0]; batch mean 0, population var = (0.25 + 0.25 + 0 + 0) / 4 = 0.125
-    # -> ±0.5 / sqrt(0.125) = ±sqrt(2); per-group GRPO would have given ±1
+    # centred: [0.5, -0.5] and [0, 0]; batch mean 0, sample var = (0.25 + 0.25 + 0 + 0) / 3 = 1/6
+    # -> ±0.5 * sqrt(6) = ±1.225; per-group GRPO would have given ±1/sqrt(2)
     adv = reinforce_pp([_arr(1, 0), _arr(0, 0)])
-    np.testing.assert_allclose(adv[0], [np.sqrt(2), -np.sqrt(2)], rtol=1e-5)
+    np.testing.assert_allclose(adv[0], [0.5 * np.sqrt(6), -0.5 * np.sqrt(6)], rtol=1e-5)
     np.testing.assert_allclose(adv[1], [0, 0], atol=1e-12)
+    # population var = 0.5 / 4 = 0.125 -> ±0.5 / sqrt(0.125) = ±sqrt(2)
+    adv = reinforce_pp([_arr(1, 0), _arr(0, 0)], std="population")
+    np.testing.assert_allclose(adv[0], [np.sqrt(2), -np.sqrt(2)], rtol=1e-5)
 
 
 def test_shapes_are_preserved_and_empty_input_is_fine():

@@ -157,9 +157,9 @@ def test_reinforce_pp_whitens_within_a_role_across_groups():
     eps = [_episode("a", 1.0), _episode("a", 0.0), _episode("b", 0.0), _episode("b", 0.0)]
     groups = group_episodes(eps)
     compute_advantages(groups, "reinforce_pp")
-    # centred [0.5, -0.5], [0, 0]; batch std sqrt(0.125) -> ±sqrt(2), 0
+    # centred [0.5, -0.5], [0, 0]; batch sample std sqrt((0.25 + 0.25) / 3) = 1/sqrt(6) -> ±0.5 * sqrt(6), 0
     advs = [t.steps[0].advantage for g in groups for _, t in g.members]
-    assert advs == pytest.approx([np.sqrt(2), -np.sqrt(2), 0.0, 0.0], rel=1e-5)
+    assert advs == pytest.approx([0.5 * np.sqrt(6), -0.5 * np.sqrt(6), 0.0, 0.0], rel=1e-5)
 
 
 def test_build_train_batch_aligns_tokens_masks_and_advantages():
