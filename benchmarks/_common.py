@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: one subprocess per framework, peak RSS, the result table.
+"""Helpers shared by the benchmark scripts: one subprocess per framework, peak RSS, the result table,
+the header line every script prints, and the GRPO benchmark's reward.
 
 Each framework is measured in its own child process (``script --worker NAME --result-file F ...``) so
 that its peak resident memory is its own and neither framework warms caches or allocators for the other.
@@ -7,15 +8,22 @@ The child writes one JSON object to the result file; the parent prints the side-
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
 import json
 import os
+import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -158,21 +166,102 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
-def machine_line() -> str:
-    """One line describing where the numbers came from."""
-    import platform
+ROOT = Path(__file__).resolve().parent.parent
 
-    import torch
 
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (the architecture where that is unreadable)."""
     try:
         for raw in Path("/proc/cpuinfo").read_text().splitlines():
             if raw.startswith("model name"):
-                cpu = raw.split(":", 1)[1].strip()
-                break
+                return raw.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str:
+    """``git rev-parse --short HEAD`` of the checkout, plus ``-dirty`` when tracked files differ from it
+    (untracked files do not count); ``unknown`` outside a git checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def header_line() -> str:
+    """The line every benchmark prints above its results: when (UTC), at which commit, with which exact
+    command, on which machine (CPU model, logical CPUs, RAM, torch version). Results pasted into
+    benchmarks/README.md keep it, so every table says where its numbers came from."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
+    ram_gb = psutil.virtual_memory().total / 2**30
     return (
-        f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
-        f"bf16 native: {cpu_has_bf16()}, load average {os.getloadavg()[0]:.2f}"
+        f"measured {when} at commit {git_commit()} with `{command}`; machine: {cpu_model()}, "
+        f"{os.cpu_count()} logical CPUs, {ram_gb:.1f} GiB RAM, torch {torch_version}"
     )
+
+
+def machine_line() -> str:
+    """What the header line leaves out but a CPU timing depends on: native bf16, the load average."""
+    return f"bf16 native: {cpu_has_bf16()}, load average {os.getloadavg()[0]:.2f}"
+
+
+def grpo_reward(task: dict[str, Any], response: str) -> float:
+    """The GRPO benchmark's reward, the one function both frameworks call (rllm through its workflow, TRL
+    through a reward function that looks the task up): rllm's reward of the built-in number tasks, 1.0
+    when the reply states exactly one number and it equals ``task["ground_truth"]``."""
+    from rllm.rewards.basic import number_reward
+
+    return float(number_reward(task, response).reward)
+
+
+class PhaseClock:
+    """Seconds spent in named phases, per step: ``with clock.span("train"): ...`` adds to the current
+    step's ``train``; ``end_step()`` closes the step. One timer for all the instrumentation, so the
+    benchmarked code is timed from outside and never edited."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = defaultdict(float)
+        self.steps: list[dict[str, float]] = []
+
+    @contextmanager
+    def span(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.current[phase] += time.perf_counter() - t0
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.current[phase] += seconds
+
+    def wrap(self, obj: Any, method: str, phase: str) -> None:
+        """Time every call of ``obj.method`` (an instance attribute shadows the bound method)."""
+        inner = getattr(obj, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.span(phase):
+                return inner(*args, **kwargs)
+
+        setattr(obj, method, timed)
+
+    def end_step(self) -> dict[str, float]:
+        done = dict(self.current)
+        self.steps.append(done)
+        self.current = defaultdict(float)
+        return done

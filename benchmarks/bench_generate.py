@@ -23,6 +23,7 @@ from _common import (
     RssSampler,
     chat_prompt_ids,
     forward_args,
+    header_line,
     machine_line,
     markdown_table,
     peak_rss_mb,
@@ -211,7 +212,8 @@ def main() -> None:
         f"\n## Generation throughput: {args.model}, {args.dtype}, {args.max_new_tokens} new tokens per row, "
         f"temperature 1.0, median of {args.repeats} after 1 warm-up"
     )
-    print(f"machine: {machine_line()}")
+    print(header_line())
+    print(machine_line())
     print(
         "torch threads: "
         + ", ".join(f"{w} {r['threads']}" for w, r in results.items())

@@ -1,18 +1,28 @@
-"""One GRPO optimizer step, rllm vs TRL's ``GRPOTrainer``: seconds per step and peak memory.
+"""One GRPO optimizer step, rllm vs TRL's ``GRPOTrainer``: seconds per step, where they go, peak memory.
 
 Both frameworks get the same model, the same prompts in the same order (chat-templated "which number is
-larger" tasks), the same group size, prompts per step, completion length, sampling (temperature 1.0, no
-top-k / top-p), LoRA (r=32, alpha=64, all linear layers; or ``--full-finetune``), precision (fp32 master
-weights with bf16 autocast where the CPU runs bf16 natively), micro-batch size, AdamW settings, gradient
-clipping, and reward (the last number in the reply equals the answer). No reference model in either
-(rllm ``kl_coef=0``, TRL ``beta=0``), one gradient step per batch (TRL ``num_iterations=1``), no gradient
+larger" tasks, the messages rllm's SingleTurnWorkflow sends), the same group size, prompts per step,
+completion length, sampling (temperature 1.0, no top-k / top-p), LoRA (r=32, alpha=64, all linear layers;
+or ``--full-finetune``), micro-batch size, AdamW settings, gradient clipping, and the same reward function
+(``_common.grpo_reward``: rllm's number reward, called by both). No reference model in either (rllm
+``kl_coef=0``, TRL ``beta=0``), one gradient step per batch (TRL ``num_iterations=1``), no gradient
 checkpointing (TRL turns it on by default; we turn it off to match rllm's default).
+
+Two settings (``--precision``, default ``both``: each runs in turn):
+
+- ``fp32``, **like for like**: fp32 weights and compute everywhere on both sides, and the same attention
+  kernel in training (eager, what rllm picks on CPU). The headline ratio is this one.
+- ``best``, each side's best settings: rllm samples from its bf16 engine copy and trains under bf16
+  autocast; TRL ``bf16=True`` with its default (SDPA) attention.
 
 A step is everything from taking the prompts to being ready to sample the next batch: generation,
 reward, advantages, forward/backward, optimizer step, and for rllm the weight sync into its inference
 engine. rllm keeps every group (``drop_zero_variance=false``) so it never skips a backward that TRL does.
 The first ``--warmup`` steps are not timed; the table reports the median and min of the next ``--steps``.
-Each framework runs in its own subprocess, so its peak RSS is its own.
+Each step is also split into phases: generate (rllm: its engine's decode time; TRL: its own
+``transformers.generate`` timing), train (forward + backward + optimizer step) and other (reward,
+advantages, batching, weight sync), with the decode steps (the longest completion of the step's one
+batch) and the generated tokens. Each framework runs in its own subprocess, so its peak RSS is its own.
 
     python benchmarks/bench_grpo_vs_trl.py                     # 2 prompts x 4 completions x 32 tokens
     python benchmarks/bench_grpo_vs_trl.py --preset larger     # 8 prompts x 8 completions x 32 tokens
@@ -28,9 +38,11 @@ import time
 from typing import Any
 
 from _common import (
+    PhaseClock,
     RssSampler,
-    cpu_has_bf16,
     forward_args,
+    grpo_reward,
+    header_line,
     machine_line,
     markdown_table,
     median_min,
@@ -44,6 +56,13 @@ from _common import (
 
 WORKERS = ("rllm", "trl")
 PRESETS = {"default": (2, 4, 32), "larger": (8, 8, 32)}  # prompts per step, completions per prompt, tokens
+SETTINGS = {
+    "fp32": "like for like: fp32 weights and compute on both sides, eager attention in training on both",
+    "best": "each side's best: rllm bf16 engine + bf16 autocast; TRL bf16=True, its default SDPA attention",
+}
+TARGET_RATIO = 0.5  # rllm's s/step at most half of TRL's, like for like
+TRL_TIMING_GENERATE = "GRPOTrainer.transformers.generate"  # TRL's own profiling names (trl.extras.profiling)
+TRL_TIMING_PREPARE = "GRPOTrainer._prepare_inputs"  # generation + reward + advantages, per micro-batch
 
 
 def parse_args() -> argparse.Namespace:
@@ -74,10 +93,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lora-alpha", type=int, default=64)
     p.add_argument(
         "--precision",
-        choices=["auto", "bf16", "fp32"],
-        default="auto",
-        help="bf16: fp32 weights + bf16 autocast in both (rllm also samples from a bf16 copy); "
-        "auto: bf16 where the CPU runs it natively, else fp32",
+        choices=["both", *SETTINGS],
+        default="both",
+        help="fp32: like for like (the headline); best: each side's best settings; both (default): fp32 then best",
     )
     p.add_argument("--micro-batch", type=int, default=16, help="sequences per forward/backward pass in both")
     p.add_argument(
@@ -92,7 +110,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="plumbing check: tiny random model, 2 prompts x 4 completions x 8 tokens, 1 + 1 steps",
+        help="plumbing check: tiny random model, 2 prompts x 4 completions x 8 tokens, 1 + 1 steps, both settings",
     )
     p.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
@@ -103,10 +121,10 @@ def parse_args() -> argparse.Namespace:
     args.prompts = args.prompts or prompts
     args.generations = args.generations or generations
     args.max_tokens = args.max_tokens or max_tokens
-    if args.precision == "auto":
-        args.precision = "bf16" if cpu_has_bf16() else "fp32"
     if args.generations < 2:
         p.error("--generations must be >= 2: GRPO compares completions within a group")
+    if args.worker and args.precision == "both":
+        p.error("a worker runs one setting: --precision fp32 or best")
     return args
 
 
@@ -117,7 +135,7 @@ def rllm_config(args: argparse.Namespace, run_dir: str) -> Any:
     from rllm.trainer.config import TrainConfig
     from rllm.utils.config import load_config
 
-    bf16 = args.precision == "bf16"
+    bf16 = args.precision == "best"
     overrides = [
         f"model.path={args.model}",
         f"lora.enabled={str(not args.full_finetune).lower()}",
@@ -133,6 +151,7 @@ def rllm_config(args: argparse.Namespace, run_dir: str) -> Any:
         "rollout.top_k=0",
         "backend.device=cpu",
         f"backend.autocast={'bf16' if bf16 else 'none'}",
+        "backend.attn_implementation=eager",  # what rllm's `auto` picks on CPU; TRL's fp32 run matches it
         f"backend.micro_batch_size={args.micro_batch}",
         "backend.gradient_checkpointing=false",
         "backend.old_logprobs=rollout",
@@ -156,12 +175,13 @@ def rllm_config(args: argparse.Namespace, run_dir: str) -> Any:
     return load_config(TrainConfig, None, overrides)
 
 
-def step_tasks(args: argparse.Namespace, run_dir: str) -> list[list[dict[str, Any]]]:
-    """The prompts of each step, in rllm's (seeded) order; TRL is fed exactly these, unshuffled."""
+def bench_trainer(args: argparse.Namespace, run_dir: str) -> Any:
+    """rllm's trainer for this benchmark: the built-in task's data in its seeded order, scored by
+    ``grpo_reward`` through a SingleTurnWorkflow (the question as the one user message, no instruction)."""
     from rllm.trainer.agent_trainer import AgentTrainer
+    from rllm.workflows.single_turn import SingleTurnWorkflow
 
-    trainer = AgentTrainer(rllm_config(args, run_dir))
-    return [trainer._tasks_for_step(s) for s in range(args.warmup + args.steps)]
+    return AgentTrainer(rllm_config(args, run_dir), workflow=SingleTurnWorkflow(reward_fn=grpo_reward))
 
 
 def attach_dtype_probe(model: Any, seen: set[str], label: Any) -> None:
@@ -180,12 +200,8 @@ def attach_dtype_probe(model: Any, seen: set[str], label: Any) -> None:
             return
 
 
-def reward_last_number(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
-    """TRL reward: 1.0 when the reply's last number equals the answer (rllm's SingleTurnWorkflow reward)."""
-    from rllm.rewards.basic import number_match
-
-    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-    return [float(number_match(t, a)) for t, a in zip(texts, answer, strict=True)]
+def attention_kernel(model: Any) -> str:
+    return str(getattr(model.config, "_attn_implementation", "?"))
 
 
 # ---------------------------------------------------------------------------------------------- workers
@@ -194,27 +210,71 @@ def reward_last_number(completions: list[Any], answer: list[str], **_: Any) -> l
 def run_rllm(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
     import torch
 
-    from rllm.trainer.agent_trainer import AgentTrainer
-
-    trainer = AgentTrainer(rllm_config(args, run_dir))
+    trainer = bench_trainer(args, run_dir)
     trainer._setup()  # the loader half of AgentTrainer.train(); we time train_step alone
     if args.full_length:
         trainer.train_sampling = trainer.train_sampling.model_copy(update={"ignore_eos": True})
     seen: set[str] = set()
     attach_dtype_probe(trainer.engine.model, seen, lambda: "generate")
     attach_dtype_probe(trainer.backend.model, seen, lambda: "train" if torch.is_grad_enabled() else "no_grad")
+    clock = PhaseClock()
+    clock.wrap(trainer.backend, "forward_backward", "train")
+    clock.wrap(trainer.backend, "optim_step", "train")
+    clock.wrap(trainer.backend, "sync_weights_to", "sync")
+    engine_stats = trainer.engine.stats
     loaded_mb = rss_mb()
-    step_s, lengths = [], []
+    step_s, lengths, phases = [], [], []
     with RssSampler() as sampler:
         for step in range(args.warmup + args.steps):
+            before = dict(engine_stats)
             t0 = time.perf_counter()
             metrics = trainer.train_step(step)
             step_s.append(time.perf_counter() - t0)
+            timed = clock.end_step()
             lengths.append(metrics["response_len/mean"])
             if metrics.get("train/skipped"):
                 raise RuntimeError("rllm skipped the update; the step would not be comparable")
+            generate = engine_stats["decode_s"] - before["decode_s"]  # prefill + decode in the engine
+            phases.append(
+                {
+                    "generate_s": generate,
+                    "train_s": timed.get("train", 0.0),
+                    "sync_s": timed.get("sync", 0.0),
+                    "other_s": step_s[-1] - generate - timed.get("train", 0.0),
+                    "decode_batches": engine_stats["batches"] - before["batches"],
+                    "decode_steps": metrics["response_len/max"],
+                    "generated_tokens": engine_stats["generated_tokens"] - before["generated_tokens"],
+                }
+            )
     trainable = sum(p.numel() for p in trainer.backend.model.parameters() if p.requires_grad)
-    return _result(args, step_s, lengths, loaded_mb, sampler.peak_mb, seen, trainable)
+    result = _result(args, step_s, lengths, loaded_mb, sampler.peak_mb, seen, trainable, phases)
+    result["attention"] = f"engine: rllm's own; training: {attention_kernel(trainer.backend.model)}"
+    return result
+
+
+class TrlTimings:
+    """TRL's own phase timings: every ``profiling_context`` / ``profiling_decorator`` duration TRL measures
+    (it sends them only to W&B / MLflow / trackio), recorded here as ``(name, seconds)``."""
+
+    def __init__(self) -> None:
+        from trl.extras import profiling
+
+        self.events: list[tuple[str, float]] = []
+        original = profiling.ProfilingContext._log_metrics
+        events = self.events
+
+        def record(ctx: Any, duration: float) -> None:
+            events.append((ctx.name, duration))
+            original(ctx, duration)
+
+        profiling.ProfilingContext._log_metrics = record
+
+    def drain(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, seconds in self.events:
+            out[name] = out.get(name, 0.0) + seconds
+        self.events.clear()
+        return out
 
 
 def run_trl(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
@@ -223,10 +283,16 @@ def run_trl(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
     import trl
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    tasks = [t for step in step_tasks(args, run_dir) for t in step]
-    dataset = datasets.Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": t["question"]}], "answer": t["answer"]} for t in tasks]
-    )
+    rllm_trainer = bench_trainer(args, run_dir)
+    tasks = [t for s in range(args.warmup + args.steps) for t in rllm_trainer._tasks_for_step(s)]
+    by_id = {t["task_id"]: t for t in tasks}
+    messages = rllm_trainer.workflow.messages  # the prompt rllm's workflow sends, message for message
+    dataset = datasets.Dataset.from_list([{"prompt": messages(t), "task_id": t["task_id"]} for t in tasks])
+
+    def reward(completions: list[Any], task_id: list[str], **_: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [grpo_reward(by_id[i], text) for i, text in zip(task_id, texts, strict=True)]
+
     total = args.prompts * args.generations
     # TRL counts completions, not prompts: one optimizer step = per_device * grad_accum completions,
     # generated together once per step (steps_per_generation defaults to gradient_accumulation_steps).
@@ -238,7 +304,7 @@ def run_trl(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
         logging_steps=1,
         seed=args.seed,
         use_cpu=True,
-        bf16=args.precision == "bf16",
+        bf16=args.precision == "best",
         fp16=False,
         gradient_checkpointing=False,
         max_steps=args.warmup + args.steps,
@@ -282,11 +348,13 @@ def run_trl(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
             target_modules="all-linear",
             task_type="CAUSAL_LM",
         )
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    # Like for like: rllm's training attention kernel; best: transformers' default (SDPA).
+    attn = {"attn_implementation": "eager"} if args.precision == "fp32" else {}
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, **attn)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     trainer = trl.GRPOTrainer(
         model=model,
-        reward_funcs=reward_last_number,
+        reward_funcs=reward,
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -294,25 +362,49 @@ def run_trl(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
     )
     seen: set[str] = set()
     attach_dtype_probe(trainer.model, seen, lambda: "train" if torch.is_grad_enabled() else "generate")
+    timings = TrlTimings()
 
     class StepClock(TrainerCallback):
-        """End-to-end step times: from the previous step's end (or train start) to this step's end."""
+        """End-to-end step times (from the previous step's end, or train start, to this step's end) and
+        each step's phases: generate = TRL's transformers.generate timing; train = the optimizer step's
+        span (on_step_begin to on_step_end) less TRL's _prepare_inputs (generation and scoring);
+        other = the rest (reward, advantages, batching, logging)."""
 
         def __init__(self) -> None:
             self.marks: list[float] = []
+            self.step_begin = 0.0
             self.lengths: list[float] = []
+            self.max_lengths: list[float] = []
+            self.phases: list[dict[str, float]] = []
             self.threads = 0
 
         def on_train_begin(self, *a: Any, **k: Any) -> None:
             self.marks.append(time.perf_counter())
 
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            self.step_begin = time.perf_counter()
+
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            self.marks.append(time.perf_counter())
+            now = time.perf_counter()
+            self.marks.append(now)
             self.threads = torch.get_num_threads()
+            timed = timings.drain()
+            if TRL_TIMING_GENERATE not in timed or TRL_TIMING_PREPARE not in timed:
+                raise RuntimeError(
+                    f"TRL {trl.__version__} did not report {TRL_TIMING_GENERATE!r} and {TRL_TIMING_PREPARE!r} "
+                    f"timings (it reported {sorted(timed)}): update the names in bench_grpo_vs_trl.py"
+                )
+            generate = timed[TRL_TIMING_GENERATE]
+            train = (now - self.step_begin) - timed[TRL_TIMING_PREPARE]
+            step = now - self.marks[-2]
+            self.phases.append(
+                {"generate_s": generate, "train_s": train, "sync_s": 0.0, "other_s": step - generate - train}
+            )
 
         def on_log(self, *a: Any, logs: dict[str, float] | None = None, **k: Any) -> None:
             if logs and "completions/mean_length" in logs:
                 self.lengths.append(logs["completions/mean_length"])
+                self.max_lengths.append(logs["completions/max_length"])
 
     clock = StepClock()
     trainer.add_callback(clock)
@@ -320,9 +412,16 @@ def run_trl(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
     with RssSampler() as sampler:
         trainer.train()
     step_s = [b - a for a, b in zip(clock.marks, clock.marks[1:], strict=False)]
+    for phase, mean_len, max_len in zip(clock.phases, clock.lengths, clock.max_lengths, strict=True):
+        # One generate call per step decodes all P x G rows until the longest one ends.
+        phase.update(decode_batches=1, decode_steps=max_len, generated_tokens=mean_len * total)
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    result = _result(args, step_s, clock.lengths, loaded_mb, sampler.peak_mb, seen, trainable)
-    result.update(trl_version=trl.__version__, trl_threads_in_step=clock.threads)
+    result = _result(args, step_s, clock.lengths, loaded_mb, sampler.peak_mb, seen, trainable, clock.phases)
+    result.update(
+        trl_version=trl.__version__,
+        trl_threads_in_step=clock.threads,
+        attention=f"generate and training: {attention_kernel(trainer.model)}",
+    )
     return result
 
 
@@ -334,14 +433,18 @@ def _result(
     steps_peak_mb: float,
     seen: set[str],
     trainable: int,
+    phases: list[dict[str, float]],
 ) -> dict[str, Any]:
     import torch
 
-    if len(step_s) != args.warmup + args.steps:
-        raise RuntimeError(f"timed {len(step_s)} steps, expected {args.warmup + args.steps}")
+    if not len(step_s) == len(phases) == args.warmup + args.steps:
+        raise RuntimeError(
+            f"timed {len(step_s)} steps ({len(phases)} profiled), expected {args.warmup + args.steps}"
+        )
     return {
         "warmup_s": step_s[: args.warmup],
         "step_s": step_s[args.warmup :],
+        "phases": phases[args.warmup :],
         "completion_len_mean": lengths,
         "rss_loaded_mb": loaded_mb,
         "rss_peak_steps_mb": steps_peak_mb,
@@ -362,6 +465,54 @@ def worker_main(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- parent
 
 
+def ratio_line(results: dict[tuple[str, str], Any], setting: str) -> tuple[float, str] | None:
+    """rllm's median s/step over TRL's under one setting, and a sentence saying so; None without both."""
+    ours, theirs = results.get(("rllm", setting)), results.get(("trl", setting))
+    if not ours or not theirs:
+        return None
+    a, b = statistics.median(ours["step_s"]), statistics.median(theirs["step_s"])
+    return a / b, f"rllm {a:.2f} s vs TRL {b:.2f} s per step = {a / b:.2f}x TRL's time"
+
+
+def phase_rows(results: dict[tuple[str, str], Any]) -> tuple[list[list[str]], list[list[str]]]:
+    """The median phase split per (framework, setting), and every timed step's split."""
+
+    def cells(p: dict[str, float]) -> list[str]:
+        tokens_per_step = p["generated_tokens"] / p["decode_steps"] if p["decode_steps"] else float("nan")
+        return [
+            f"{p['generate_s'] + p['train_s'] + p['other_s']:.2f}",
+            f"{p['generate_s']:.2f}",
+            f"{p['train_s']:.2f}",
+            f"{p['other_s']:.2f}",
+            f"{p['sync_s']:.2f}",
+            f"{p['decode_steps']:.0f}",
+            f"{p['decode_batches']:.0f}",
+            f"{p['generated_tokens']:.0f}",
+            f"{tokens_per_step:.1f}",
+        ]
+
+    medians, steps = [], []
+    for (w, setting), r in results.items():
+        keys = r["phases"][0].keys()
+        median = {k: statistics.median(p[k] for p in r["phases"]) for k in keys}
+        medians.append([w, setting, *cells(median)])
+        steps += [[w, setting, str(i + 1), *cells(p)] for i, p in enumerate(r["phases"])]
+    return medians, steps
+
+
+PHASE_HEADERS = [
+    "step s",
+    "generate s",
+    "train fwd+bwd+optim s",
+    "other s",
+    "of which weight sync s",
+    "decode steps",
+    "decode batches",
+    "generated tokens",
+    "tokens per decode step",
+]
+
+
 def main() -> None:
     args = parse_args()
     if args.worker:
@@ -370,36 +521,54 @@ def main() -> None:
     model_path = resolve_bench_model(args.model)
     common = forward_args(
         args,
-        ["model", "prompts", "generations", "max_tokens", "warmup", "steps", "lora_rank", "lora_alpha",
-         "precision", "micro_batch", "lr", "seed", "full_finetune", "full_length"],
+        [
+            "model",
+            "prompts",
+            "generations",
+            "max_tokens",
+            "warmup",
+            "steps",
+            "lora_rank",
+            "lora_alpha",
+            "micro_batch",
+            "lr",
+            "seed",
+            "full_finetune",
+            "full_length",
+        ],
         model=model_path,
     )
     common += ["--threads", str(args.threads)] if args.threads else []
     workers = [args.only] if args.only else list(WORKERS)
-    results = {w: run_worker(__file__, w, common) for w in workers}
+    settings = list(SETTINGS) if args.precision == "both" else [args.precision]
+    results = {
+        (w, s): run_worker(__file__, w, [*common, "--precision", s]) for s in settings for w in workers
+    }
 
     mode = (
         "full fine-tune"
         if args.full_finetune
         else f"LoRA r={args.lora_rank} alpha={args.lora_alpha} all-linear"
     )
-    precision = "fp32 weights + bf16 autocast" if args.precision == "bf16" else "fp32"
     lengths = "exactly" if args.full_length else "at most"
     print(
         f"\n## GRPO step: {args.model}, {args.prompts} prompts x {args.generations} completions x {lengths} "
-        f"{args.max_tokens} tokens, {mode}, {precision}, micro-batch {args.micro_batch}"
+        f"{args.max_tokens} tokens, {mode}, micro-batch {args.micro_batch}"
     )
-    print(f"machine: {machine_line()}")
-    if "trl" in results:
-        print(f"TRL {results['trl']['trl_version']}")
+    print(header_line())
+    print(machine_line())
+    trl_versions = {r["trl_version"] for (w, _), r in results.items() if w == "trl"}
+    if trl_versions:
+        print(f"TRL {', '.join(sorted(trl_versions))}")
     print(f"median and min over {args.steps} steps after {args.warmup} warm-up step(s)\n")
-    base = results.get("trl", {}).get("step_s")
     rows = []
-    for w, r in results.items():
+    for (w, setting), r in results.items():
         med, lo = median_min(r["step_s"])
+        base = results.get(("trl", setting), {}).get("step_s")
         rows.append(
             [
                 w,
+                setting,
                 f"{med:.2f}",
                 f"{lo:.2f}",
                 f"{statistics.mean(r['warmup_s']):.2f}",
@@ -415,6 +584,7 @@ def main() -> None:
         markdown_table(
             [
                 "framework",
+                "settings",
                 "s/step median",
                 "s/step min",
                 "warm-up s",
@@ -422,21 +592,46 @@ def main() -> None:
                 "peak RSS MB (steps)",
                 "RSS MB before steps",
                 "mean completion len",
-                "s/step vs TRL",
+                "s/step vs TRL (same settings)",
                 "threads",
             ],
             rows,
         )
     )
-    print("\nprecision observed (phase:dtype of the first q_proj output):")
-    for w, r in results.items():
+    print()
+    for setting in settings:
+        print(f"settings {setting}: {SETTINGS[setting]}")
+    headline = ratio_line(results, "fp32")
+    if headline:
+        ratio, sentence = headline
+        verdict = "PASS" if ratio <= TARGET_RATIO else "FAIL"
+        print(
+            f"\n**Like for like (fp32 on both sides): {sentence} (target <= {TARGET_RATIO:g}x: {verdict})**"
+        )
+    else:
+        print("\nLike for like (fp32 on both sides): not measured in this run (run --precision fp32 or both)")
+    best = ratio_line(results, "best")
+    if best:
+        print(f"Each side's best settings (precisions differ, see below; not the headline): {best[1]}")
+
+    medians, steps = phase_rows(results)
+    print("\n### Where a step's time goes (median of the timed steps)\n")
+    print(
+        "generate: rllm's engine decode time / TRL's own transformers.generate timing; train: forward + "
+        "backward + optimizer step; other: the rest of the step (reward, advantages, batching; rllm: the "
+        "weight sync, shown on its own too). decode steps: the longest completion of the step's batch.\n"
+    )
+    print(markdown_table(["framework", "settings", *PHASE_HEADERS], medians))
+    print("\nevery timed step:\n")
+    print(markdown_table(["framework", "settings", "step", *PHASE_HEADERS], steps))
+    print("\nattention kernels and precision observed (phase:dtype of the first q_proj output):")
+    for (w, setting), r in results.items():
         seen = ", ".join(r["precision_seen"]) or "not probed"
-        print(f"  {w}: {seen}; trainable params {r['trainable_params']:,}")
-    if args.precision == "bf16" and any(
-        "generate:float32" in r["precision_seen"] or "train:float32" in r["precision_seen"]
-        for r in results.values()
-    ):
-        print("  note: a phase ran in float32 although bf16 was asked for: the precisions differ there")
+        print(f"  {w} {setting}: {r['attention']}; {seen}; trainable params {r['trainable_params']:,}")
+    if any("generate:float32" in r["precision_seen"] for (_, s), r in results.items() if s == "best"):
+        print(
+            "  note: under 'best' a phase ran in float32 although bf16 was asked for: the precisions differ there"
+        )
 
 
 if __name__ == "__main__":

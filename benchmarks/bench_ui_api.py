@@ -15,7 +15,10 @@ costs a training step.
    ``log`` (one committed transaction) add to a step.
 
     .venv/bin/python benchmarks/bench_ui_api.py                          # fill (minutes) + measure
-    .venv/bin/python benchmarks/bench_ui_api.py --steps 2000 --repeats 5  # a quick plumbing check
+    .venv/bin/python benchmarks/bench_ui_api.py --quick                  # plumbing check (seconds)
+
+``--quick``: a fresh 500-step store in a temp directory (never the kept 100,000-step one), 3 requests per
+endpoint, 5 write-cost steps.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _common import header_line
 
 from rllm.gateway.server import GatewayServer
 from rllm.store import RunWriter, StoreReader
@@ -143,7 +147,7 @@ def _query(**kw: Any) -> Any:
     return EpisodeQuery(**kw)
 
 
-def write_cost(tmp: Path, n_episodes: int, steps: int = 30) -> tuple[float, float]:
+def write_cost(tmp: Path, n_episodes: int, steps: int) -> tuple[float, float]:
     """Median ms per step for stage_episodes and for log, with a real tokenizer's token texts."""
     try:
         from transformers import AutoTokenizer
@@ -178,12 +182,23 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2, help="episodes stored per step in the big run")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--write-episodes", type=int, default=16, help="episodes per step for the write cost")
+    parser.add_argument("--write-steps", type=int, default=30, help="steps timed for the write cost")
     parser.add_argument("--store", type=Path, default=Path(tempfile.gettempdir()) / "rllm-bench-ui" / "rllm.db")
+    parser.add_argument("--quick", action="store_true",
+                        help="plumbing check: 500 steps in a fresh temp store, 3 repeats, 5 write-cost steps")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rllm-bench-ui-quick-") as quick_dir:
+        if args.quick:
+            args.steps, args.repeats, args.write_steps = 500, 3, 5
+            args.store = Path(quick_dir) / "rllm.db"
+        run(args)
 
+
+def run(args: argparse.Namespace) -> None:
     args.store.parent.mkdir(parents=True, exist_ok=True)
     run_id = fill(args.store, args.steps, args.metrics, args.episodes)
     rows = measure(args.store, run_id, args.repeats)
+    print(f"\n{header_line()}")
     print(f"\n{args.steps:,} steps x {args.metrics} metrics, {args.episodes} episodes per step; "
           f"{args.repeats} requests each over HTTP; load average {os.getloadavg()[0]:.1f}\n")
     print("| endpoint | p50 ms | p95 ms | answer |\n|---|---:|---:|---:|")
@@ -191,7 +206,7 @@ def main() -> None:
         flag = "" if p95 < 300 else "  **over 300 ms**"
         print(f"| {name} | {p50:.1f} | {p95:.1f}{flag} | {size / 1000:,.1f} kB |")
     with tempfile.TemporaryDirectory() as tmp:
-        stage_ms, log_ms = write_cost(Path(tmp), args.write_episodes)
+        stage_ms, log_ms = write_cost(Path(tmp), args.write_episodes, args.write_steps)
     print(f"\nwrite cost per training step ({args.write_episodes} of {4 * args.write_episodes} episodes kept, "
           f"256+256 tokens each, 40 metrics): stage_episodes {stage_ms:.1f} ms + log {log_ms:.1f} ms")
 
