@@ -46,8 +46,17 @@ from rllm.data.schema import (
 from rllm.models import cache_dir
 
 __all__ = [
-    "BuiltinDataset", "DatasetInfo", "DatasetNotFoundError", "DatasetRegistry", "InvalidTaskError", "Task",
-    "builtin_datasets", "read_records", "read_task_file", "validate_task", "validate_tasks",
+    "BuiltinDataset",
+    "DatasetInfo",
+    "DatasetNotFoundError",
+    "DatasetRegistry",
+    "InvalidTaskError",
+    "Task",
+    "builtin_datasets",
+    "read_records",
+    "read_task_file",
+    "validate_task",
+    "validate_tasks",
 ]
 
 MANIFEST = "dataset.json"
@@ -107,6 +116,24 @@ def _check_reward(reward: str | None) -> None:
         )
 
 
+def _refuse_ungradable(rows: Iterable[tuple[int, dict[str, Any]]], reward: str | None, where: str) -> None:
+    """Raise ``InvalidTaskError`` at the first ``(index, row)`` that ``reward`` cannot grade (its ground-truth
+    check, if it declares one, says why), naming the row: a bad row is refused where the dataset enters a
+    run, not episode by episode in the middle of one."""
+    from rllm.rewards.registry import ground_truth_check
+
+    check = ground_truth_check(reward) if reward is not None else None
+    if check is None:
+        return
+    for index, row in rows:
+        problem = check(row)
+        if problem is not None:
+            raise InvalidTaskError(
+                f"{where} row {index} (task_id {row.get('task_id')!r}): the {reward!r} reward cannot grade it: "
+                f"{problem}"
+            )
+
+
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Write ``path`` through ``write(tmp)`` into a temporary file beside it, then rename it into place,
     so a reader (or a crash) never sees a half-written file."""
@@ -141,7 +168,9 @@ def _rows_of(rows_or_dataset: Any) -> Iterable[Mapping[str, Any]]:
     if hasattr(rows_or_dataset, "to_dict") and hasattr(rows_or_dataset, "columns"):  # pandas.DataFrame
         return rows_or_dataset.to_dict("records")
     if isinstance(rows_or_dataset, (str, bytes, Mapping)):
-        raise TypeError("register takes rows (an iterable of dicts or a dataset), not a single dict or string")
+        raise TypeError(
+            "register takes rows (an iterable of dicts or a dataset), not a single dict or string"
+        )
     return rows_or_dataset
 
 
@@ -186,6 +215,9 @@ class DatasetRegistry:
         tasks = validate_tasks(_with_defaults(row, name) for row in _rows_of(rows_or_dataset))
         if not tasks:
             raise ValueError(f"no rows to register as {name}/{split}")
+        existing = self._manifest(name)
+        grading = reward if reward is not None else (existing or {}).get("reward")
+        _refuse_ungradable(enumerate(tasks), grading, f"dataset {name!r} split {split!r}")
 
         import pyarrow.parquet as pq
 
@@ -217,8 +249,9 @@ class DatasetRegistry:
     ) -> DatasetInfo:
         """Register a JSONL, JSON (an array of objects), CSV or parquet file; see ``read_task_file``."""
         rows = read_task_file(path, name=name, split=split, question_key=question_key, answer_key=answer_key)
-        return self.register(name, rows, split, reward=reward, description=description,
-                             source=f"file:{Path(path).resolve()}")
+        return self.register(
+            name, rows, split, reward=reward, description=description, source=f"file:{Path(path).resolve()}"
+        )
 
     def exists(self, name: str) -> bool:
         """Whether ``load(name, ...)`` can return rows now: a built-in or a registered dataset."""
@@ -230,23 +263,37 @@ class DatasetRegistry:
         builtin = builtin_datasets().get(name)
         if builtin is not None:
             splits = {s: (n if builtin.fixed else None) for s, n in builtin.default_size.items()}
-            return DatasetInfo(name=name, kind="built-in", splits=splits,
-                               reward=builtin.reward, description=builtin.description, source="built-in")
+            return DatasetInfo(
+                name=name,
+                kind="built-in",
+                splits=splits,
+                reward=builtin.reward,
+                description=builtin.description,
+                source="built-in",
+            )
         manifest = self._manifest(name)
         if manifest is None:
             raise DatasetNotFoundError(_not_found_message(name))
         return DatasetInfo(
-            name=name, kind="local", splits={s: v["rows"] for s, v in manifest["splits"].items()},
-            reward=manifest.get("reward"), description=manifest.get("description") or "",
-            source=manifest.get("source") or "", created=manifest.get("created"), path=self.root / name,
+            name=name,
+            kind="local",
+            splits={s: v["rows"] for s, v in manifest["splits"].items()},
+            reward=manifest.get("reward"),
+            description=manifest.get("description") or "",
+            source=manifest.get("source") or "",
+            created=manifest.get("created"),
+            path=self.root / name,
         )
 
     def list(self) -> list[DatasetInfo]:
         """The built-in datasets, then the registered ones, each group sorted by name."""
         infos = [self.info(name) for name in sorted(builtin_datasets())]
         if self.root.is_dir():
-            infos += [self.info(d.name) for d in sorted(self.root.iterdir())
-                      if not d.name.startswith(".") and (d / MANIFEST).is_file()]
+            infos += [
+                self.info(d.name)
+                for d in sorted(self.root.iterdir())
+                if not d.name.startswith(".") and (d / MANIFEST).is_file()
+            ]
         return infos
 
     def load(
@@ -257,11 +304,15 @@ class DatasetRegistry:
         transform: RowTransform | None = None,
         limit: int | None = None,
         seed: int = 0,
+        reward: str | None = None,
     ) -> list[dict[str, Any]]:
         """The rows of ``name``/``split`` in order. ``transform(row)`` is applied to each row as it is read
         and may return a changed row, or None to drop it; ``limit`` caps the rows returned (counted after
         the transform). A built-in dataset generates ``limit`` rows (default: its default size) from
-        ``seed`` (its test split never overlaps train, whatever the seed). Blocking: reads from disk."""
+        ``seed``; its test split never overlaps train, whatever the seed or sizes, and a task with fewer
+        held-out questions than ``limit`` returns all it has. Every row returned must be one ``reward``
+        (default: the dataset's) can grade, else ``InvalidTaskError`` names the first that is not.
+        Blocking: reads from disk."""
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         info = self.info(name)
@@ -277,16 +328,17 @@ class DatasetRegistry:
             rows: Iterable[dict[str, Any]] = validate_tasks(builtin.generate(split, size, seed))
         else:
             rows = iter_parquet_tasks(self.root / name / f"{split}.parquet")
-        out: list[dict[str, Any]] = []
-        for row in rows:
+        out: list[tuple[int, dict[str, Any]]] = []  # (index in the split, row)
+        for index, row in enumerate(rows):
             if limit is not None and len(out) >= limit:
                 break
             if transform is not None:
                 row = transform(row)
                 if row is None:
                     continue
-            out.append(row)
-        return out
+            out.append((index, row))
+        _refuse_ungradable(out, reward or info.reward, f"dataset {name!r} split {split!r}")
+        return [row for _, row in out]
 
     def remove(self, name: str) -> None:
         """Delete the registered dataset ``name`` and all its splits. Built-in datasets cannot be removed."""
@@ -314,10 +366,14 @@ def _not_found_message(name: str) -> str:
     from rllm.data.catalog import CATALOG
 
     if name in CATALOG:
-        return (f"dataset {name!r} is in the catalog but not pulled yet: run `rllm dataset pull {name}` "
-                f"(or register a local copy with `rllm dataset register {name} FILE`)")
-    return (f"unknown dataset {name!r}: built-in ones are {', '.join(sorted(builtin_datasets()))}; "
-            "see `rllm dataset list`, or register your own with `rllm dataset register NAME FILE`")
+        return (
+            f"dataset {name!r} is in the catalog but not pulled yet: run `rllm dataset pull {name}` "
+            f"(or register a local copy with `rllm dataset register {name} FILE`)"
+        )
+    return (
+        f"unknown dataset {name!r}: built-in ones are {', '.join(sorted(builtin_datasets()))}; "
+        "see `rllm dataset list`, or register your own with `rllm dataset register NAME FILE`"
+    )
 
 
 # ------------------------------------------------------------------------------------------- built-ins
@@ -367,27 +423,41 @@ def builtin_datasets() -> Mapping[str, BuiltinDataset]:
         name: BuiltinDataset(name, "number", f"{about} (generated)", _arithmetic(name))
         for name, about in _ARITHMETIC.items()
     }
-    # add has 100 distinct questions and count_letter 68: a quarter of them is held out, so that is the
-    # whole test split.
-    from rllm.data.builtin import _held_out_cap
+    # add and count_letter hold out fewer questions than the usual 200: all of them are their test split.
+    from rllm.data.builtin import held_out_count
 
     for name, about in _ARITHMETIC.items():
-        cap = _held_out_cap(name)
-        if cap is not None:
-            table[name] = BuiltinDataset(name, "number", f"{about} (generated; {cap} held out)",
-                                         _arithmetic(name), {"train": 1000, "test": cap})
+        held_out = held_out_count(name)
+        if held_out is not None and held_out < table[name].default_size["test"]:
+            table[name] = BuiltinDataset(
+                name,
+                "number",
+                f"{about} (generated; {held_out} held out)",
+                _arithmetic(name),
+                {"train": 1000, "test": held_out},
+            )
     table["countdown"] = BuiltinDataset(
-        "countdown", "countdown", "reach a target number with + - * / over given numbers (generated)", _countdown
+        "countdown",
+        "countdown",
+        "reach a target number with + - * / over given numbers (generated)",
+        _countdown,
     )
     table["frozenlake"] = BuiltinDataset(
-        "frozenlake", None, "FrozenLake maps for the multi-turn env, which gives the reward (generated)",
-        _frozenlake, {"train": 500, "test": 100},
+        "frozenlake",
+        None,
+        "FrozenLake maps for the multi-turn env, which gives the reward (generated)",
+        _frozenlake,
+        {"train": 500, "test": 100},
     )
     from rllm.data.code_problems import PROBLEMS
 
     sizes = {s: sum(p.split == s for p in PROBLEMS) for s in ("train", "test")}
     table["code_problems"] = BuiltinDataset(
-        "code_problems", "code", "small Python problems with unit tests, written for rllm", _code_problems, sizes,
+        "code_problems",
+        "code",
+        "small Python problems with unit tests, written for rllm",
+        _code_problems,
+        sizes,
         fixed=True,
     )
     return MappingProxyType(table)

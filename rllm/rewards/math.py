@@ -173,7 +173,7 @@ def grade_answer(prediction: str, ground_truth: str, *, timeout_s: float = 5.0) 
 
 
 def _grade(prediction: str, ground_truths: Sequence[str], timeout_s: float) -> str:
-    """"correct", "wrong", "too_long", "timeout" or "grader_error"."""
+    """ "correct", "wrong", "too_long", "timeout" or "grader_error"."""
     if not prediction.strip():
         return "wrong"
     if len(prediction) > _MAX_ANSWER_CHARS:
@@ -191,8 +191,13 @@ def _grade(prediction: str, ground_truths: Sequence[str], timeout_s: float) -> s
 def _warm_up() -> None:
     """sympy imports much of itself on first use (about 1.5 s): pay that once, outside any deadline, or
     a process's first correct answer could time out on a busy machine."""
-    for prediction, truth in [("x^2+2x+1", "(x+1)^2"), ("\\sqrt{3}", "1.7320508"), ("x > 1", "(1, \\infty)"),
-                              ("\\{1,2\\}", "(1,2)"), ("50\\%", "0.5")]:
+    for prediction, truth in [
+        ("x^2+2x+1", "(x+1)^2"),
+        ("\\sqrt{3}", "1.7320508"),
+        ("x > 1", "(1, \\infty)"),
+        ("\\{1,2\\}", "(1,2)"),
+        ("50\\%", "0.5"),
+    ]:
         _compare(prediction, (truth,))
 
 
@@ -211,7 +216,9 @@ def _compare(prediction: str, ground_truths: Sequence[str]) -> str:
 
 
 def _verify(gold: Any, pred: Any) -> bool:
-    same = verify(gold, pred, float_rounding=6, strict=True, allow_set_relation_comp=True, timeout_seconds=None)
+    same = verify(
+        gold, pred, float_rounding=6, strict=True, allow_set_relation_comp=True, timeout_seconds=None
+    )
     if not same or not isinstance(gold, sympy.Basic) or not isinstance(pred, sympy.Basic):
         return same
     gold_values, pred_values = _real_values(gold), _real_values(pred)
@@ -239,8 +246,20 @@ def _real_values(expr: sympy.Basic) -> list[sympy.Float]:
 
 _LATEX_ONLY = [LatexExtractionConfig(boxed_match_priority=0)]
 _UNICODE = {
-    "−": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ",
-    "°": "^\\circ", "≤": "\\le ", "≥": "\\ge ", "€": "", "£": "", "¥": "", "₹": "",
+    "−": "-",
+    "×": "\\times ",
+    "÷": "\\div ",
+    "·": "\\cdot ",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "√": "\\sqrt ",
+    "°": "^\\circ",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "€": "",
+    "£": "",
+    "¥": "",
+    "₹": "",
 }
 _SCIENTIFIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)")
 _GROUP_SPACE = re.compile(r"(?<=\d)(?:\\,|\\!|\\ |\\thinspace|\u2009|\u202f)(?=\d{3}(?!\d))")
@@ -251,7 +270,9 @@ _UNIT_WORDS = re.compile(
     r"(.*?\d(?:\s*\\?%)?)\s*(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*([A-Za-z][A-Za-z .]*)\}|\s([A-Za-z][A-Za-z .]*))"
 )
 # Words after a number that are mathematics, not a unit ("5 or six", "2 pi")
-_NOT_UNITS = frozenset({"or", "and", "pi", "inf", "infinity", "sqrt", "mod", "times", "plus", "minus", "over", "to"})
+_NOT_UNITS = frozenset(
+    {"or", "and", "pi", "inf", "infinity", "sqrt", "mod", "times", "plus", "minus", "over", "to"}
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -286,7 +307,9 @@ def _normalize(answer: str) -> str:
 # --- Reward -----------------------------------------------------------------------------------------
 
 
-def make_math_reward(*, format_reward: float = 0.0, require_boxed: bool = False, timeout_s: float = 5.0) -> RewardFn:
+def make_math_reward(
+    *, format_reward: float = 0.0, require_boxed: bool = False, timeout_s: float = 5.0
+) -> RewardFn:
     """A math reward function: 1.0 for a correct final answer; ``format_reward`` for a wrong one that is
     well formed (in ``\\boxed{}``, after a closed think block if any); else 0.0. With ``require_boxed`` an
     answer that is not boxed scores 0 whatever it says. Rewards lie in [0, 1], as countdown's do; the
@@ -316,23 +339,44 @@ def make_math_reward(*, format_reward: float = 0.0, require_boxed: bool = False,
         return RewardResult(
             reward=1.0 if correct else format_reward if format_ok else 0.0,
             is_correct=correct,
-            info={"extracted": found.answer, "source": found.source, "format_ok": format_ok, "reason": reason},
+            info={
+                "extracted": found.answer,
+                "source": found.source,
+                "format_ok": format_ok,
+                "reason": reason,
+            },
         )
 
+    reward.__name__ = reward.__qualname__ = "math_reward"  # what an episode's error names, if it raises
     return reward
 
 
 def _ground_truths(task: dict[str, Any]) -> tuple[str, ...]:
     """The accepted reference answers of a task, as strings; ValueError if there is none."""
+    problem = ground_truth_problem(task)
+    if problem is not None:
+        raise ValueError(f"math task {task.get('task_id', '?')!r}: {problem}")
+    return usable_ground_truths(task["ground_truth"])
+
+
+def usable_ground_truths(truth: Any) -> tuple[str, ...]:
+    """The reference answers in ``truth`` that can be graded, as strings: a non-empty string or a finite
+    number, or the entries of a list that are one (``["", "42"]`` grades against ``"42"``)."""
+    items = truth if isinstance(truth, (list, tuple)) else [truth]
+    return tuple(text for item in items if (text := _reference_text(item)) is not None)
+
+
+def ground_truth_problem(task: dict[str, Any]) -> str | None:
+    """Why the math reward cannot grade ``task`` (None when it can): its ``ground_truth`` holds no usable
+    answer. The dataset registry asks this of every row when a math dataset is registered or loaded, so a
+    bad row is refused there, not in the middle of a run."""
     truth = task.get("ground_truth")
-    truths = truth if isinstance(truth, (list, tuple)) else [truth]
-    texts = [_reference_text(item) for item in truths]
-    if not texts or None in texts:
-        raise ValueError(
-            f"math task {task.get('task_id', '?')!r} has no usable ground_truth ({truth!r}): give the reference "
-            "answer as a non-empty string, a number, or a list of them (any one accepted)"
-        )
-    return tuple(text for text in texts if text is not None)
+    if usable_ground_truths(truth):
+        return None
+    return (
+        f"ground_truth {truth!r:.80} holds no usable answer: give the reference answer as a non-empty string, "
+        "a number, or a list with at least one of them (any one accepted)"
+    )
 
 
 def _reference_text(item: Any) -> str | None:

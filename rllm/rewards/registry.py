@@ -4,14 +4,21 @@
     result = get_reward("math")(task, response)
 
 Entries are imported on first use (the math grader pulls in sympy, the code grader the sandbox).
-``register_reward`` adds a user's own function under a new name.
+``register_reward`` adds a user's own function under a new name, optionally with a ground-truth check
+(``ground_truth_check``): what the reward needs of a task to grade it, asked of every row when a dataset
+that names the reward is registered or loaded.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 from rllm.rewards.types import RewardFn
+
+GroundTruthCheck = Callable[[dict[str, Any]], "str | None"]
+"""``check(task)``: why the reward cannot grade ``task`` (its ground truth is unusable), or None."""
 
 _BUILTIN: dict[str, str] = {
     "number": "rllm.rewards.basic:number_reward",
@@ -22,7 +29,11 @@ _BUILTIN: dict[str, str] = {
     "multiple_choice": "rllm.rewards.qa:multiple_choice_reward",
     "countdown": "rllm.rewards.countdown:countdown_reward",
 }
+_BUILTIN_CHECKS: dict[str, str] = {
+    "math": "rllm.rewards.math:ground_truth_problem",
+}
 _USER: dict[str, RewardFn] = {}
+_USER_CHECKS: dict[str, GroundTruthCheck] = {}
 
 
 def reward_names() -> list[str]:
@@ -30,11 +41,16 @@ def reward_names() -> list[str]:
     return sorted({*_BUILTIN, *_USER})
 
 
-def register_reward(name: str, fn: RewardFn, *, overwrite: bool = False) -> None:
-    """Make ``fn`` available as ``get_reward(name)``."""
+def register_reward(
+    name: str, fn: RewardFn, *, overwrite: bool = False, check: GroundTruthCheck | None = None
+) -> None:
+    """Make ``fn`` available as ``get_reward(name)``; ``check`` (optional) is its ground-truth check."""
     if not overwrite and (name in _BUILTIN or name in _USER):
         raise ValueError(f"reward {name!r} already exists: pass overwrite=True to replace it")
     _USER[name] = fn
+    _USER_CHECKS.pop(name, None)
+    if check is not None:
+        _USER_CHECKS[name] = check
 
 
 def get_reward(name: str) -> RewardFn:
@@ -44,4 +60,14 @@ def get_reward(name: str) -> RewardFn:
     if name not in _BUILTIN:
         raise KeyError(f"unknown reward {name!r}: choose one of {', '.join(reward_names())}")
     module, attr = _BUILTIN[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def ground_truth_check(name: str) -> GroundTruthCheck | None:
+    """The ground-truth check of reward ``name``, or None when it declares none (every row is accepted)."""
+    if name in _USER:
+        return _USER_CHECKS.get(name)
+    if name not in _BUILTIN_CHECKS:
+        return None
+    module, attr = _BUILTIN_CHECKS[name].split(":")
     return getattr(importlib.import_module(module), attr)

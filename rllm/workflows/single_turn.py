@@ -12,11 +12,15 @@ from rllm.rewards.basic import number_reward
 from rllm.rewards.instructions import with_instruction
 from rllm.rewards.types import RewardResult
 
-RewardFn = Callable[[dict[str, Any], str], Any]  # -> float | bool | Outcome | RewardResult, or awaitable of one
+# reward_fn(task, response) -> float | bool | Outcome | RewardResult, or an awaitable of one
+RewardFn = Callable[[dict[str, Any], str], Any]
 
 
 def question_messages(
-    task: dict[str, Any], *, system_prompt: str | None = None, instruction: str | None = None,
+    task: dict[str, Any],
+    *,
+    system_prompt: str | None = None,
+    instruction: str | None = None,
     examples: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """The opening messages of a task: its own ``task["messages"]``, else the optional system prompt,
@@ -26,15 +30,23 @@ def question_messages(
     if "question" not in task:
         raise KeyError(f"task {task.get('task_id', '?')!r} needs a 'question' or 'messages' field")
     msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return [*msgs, *examples, {"role": "user", "content": with_instruction(str(task["question"]), instruction)}]
+    return [
+        *msgs,
+        *examples,
+        {"role": "user", "content": with_instruction(str(task["question"]), instruction)},
+    ]
 
 
 class SingleTurnWorkflow:
     """Ask ``task["question"]`` (or send ``task["messages"]``), score the reply with ``reward_fn``.
     ``instruction`` (e.g. "put your final answer within \\boxed{}") follows the question."""
 
-    def __init__(self, reward_fn: RewardFn = number_reward, system_prompt: str | None = None,
-                 instruction: str | None = None) -> None:
+    def __init__(
+        self,
+        reward_fn: RewardFn = number_reward,
+        system_prompt: str | None = None,
+        instruction: str | None = None,
+    ) -> None:
         self.reward_fn = reward_fn
         self.system_prompt = system_prompt
         self.instruction = instruction
@@ -47,20 +59,37 @@ class SingleTurnWorkflow:
         return await score(self.reward_fn, task, completion.text)
 
 
+class RewardError(RuntimeError):
+    """The reward function raised while scoring a reply. The workflow engine fails that one episode with
+    this message (``Episode.error``: which reward, which task, the original exception) and the run goes
+    on; the trainer counts such episodes in ``episodes/failed`` and drops them from the update."""
+
+
 async def score(reward_fn: RewardFn, task: dict[str, Any], response: str) -> Outcome:
     """``reward_fn(task, response)`` as an Outcome (a bool also says whether the answer is correct).
 
     A sync reward runs on a worker thread: graders that take real time (symbolic math, sandboxed test
     runs) must not stall the other episodes of the event loop. An async reward (``async def``, e.g. the
-    LLM judge) is awaited."""
-    if inspect.iscoroutinefunction(reward_fn) or inspect.iscoroutinefunction(type(reward_fn).__call__):
-        result = await reward_fn(task, response)
-    else:
-        result = await asyncio.to_thread(reward_fn, task, response)
-        if inspect.isawaitable(result):
-            result = await result
+    LLM judge) is awaited. A reward that raises raises ``RewardError``, which fails the episode."""
+    try:
+        if inspect.iscoroutinefunction(reward_fn) or inspect.iscoroutinefunction(type(reward_fn).__call__):
+            result = await reward_fn(task, response)
+        else:
+            result = await asyncio.to_thread(reward_fn, task, response)
+            if inspect.isawaitable(result):
+                result = await result
+    except Exception as exc:
+        name = getattr(reward_fn, "__qualname__", None) or type(reward_fn).__qualname__
+        raise RewardError(
+            f"reward {name} raised on task {task.get('task_id', '?')!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     if isinstance(result, Outcome):
         return result
     if isinstance(result, RewardResult):
-        return Outcome(reward=float(result.reward), is_correct=result.is_correct, info={"reward": result.info})
+        return Outcome(
+            reward=float(result.reward),
+            is_correct=result.is_correct,
+            info={"reward": result.info},
+            metrics=dict(result.metrics),
+        )
     return Outcome(reward=float(result), is_correct=bool(result) if isinstance(result, bool) else None)

@@ -21,11 +21,23 @@ from rllm.data.registry import (
 
 ROWS = [
     {"task_id": "t0", "question": "What is 2+2?", "ground_truth": "4", "data_source": "toy", "metadata": {}},
-    {"task_id": "t1", "question": "List the primes below 6.", "ground_truth": [2, 3, 5], "data_source": "toy",
-     "metadata": {"difficulty": "easy", "tags": ["math", "ünïcode ✓"], "nested": {"a": None, "b": 1.5}}},
-    {"task_id": "t2", "question": "Write f.", "data_source": "toy",
-     "ground_truth": {"tests": [{"type": "call", "args": [1], "kwargs": {}, "expected": True}], "entry_point": "f"},
-     "metadata": {"choices": ["x", "y"]}},
+    {
+        "task_id": "t1",
+        "question": "List the primes below 6.",
+        "ground_truth": [2, 3, 5],
+        "data_source": "toy",
+        "metadata": {"difficulty": "easy", "tags": ["math", "ünïcode ✓"], "nested": {"a": None, "b": 1.5}},
+    },
+    {
+        "task_id": "t2",
+        "question": "Write f.",
+        "data_source": "toy",
+        "ground_truth": {
+            "tests": [{"type": "call", "args": [1], "kwargs": {}, "expected": True}],
+            "entry_point": "f",
+        },
+        "metadata": {"choices": ["x", "y"]},
+    },
     # A string that looks like JSON stays a string; non-string scalars keep their type.
     {"task_id": "t3", "question": "q", "ground_truth": "[1, 2]", "data_source": "toy", "metadata": {}},
     {"task_id": "t4", "question": "q", "ground_truth": 7, "data_source": "toy", "metadata": {}},
@@ -40,38 +52,56 @@ def registry(tmp_path: Path) -> DatasetRegistry:
 
 
 def test_rows_round_trip_exactly(registry: DatasetRegistry) -> None:
-    registry.register("toy", ROWS, "train", reward="math", description="a toy", source="tests")
+    registry.register("toy", ROWS, "train", reward="exact_match", description="a toy", source="tests")
     loaded = registry.load("toy", "train")
     assert loaded == ROWS
     assert [type(r["ground_truth"]) for r in loaded] == [type(r["ground_truth"]) for r in ROWS]
     # The parquet layout is the documented one: strings as is, anything else JSON with a flag.
     table = pq.read_table(registry.root / "toy" / "train.parquet")
-    assert table.column_names == ["task_id", "question", "ground_truth", "ground_truth_is_json", "data_source",
-                                  "metadata"]
+    assert table.column_names == [
+        "task_id",
+        "question",
+        "ground_truth",
+        "ground_truth_is_json",
+        "data_source",
+        "metadata",
+    ]
     assert table.column("ground_truth").to_pylist()[:2] == ["4", "[2, 3, 5]"]
     assert table.column("ground_truth_is_json").to_pylist()[:4] == [False, True, True, False]
 
 
 def test_manifest_and_info(registry: DatasetRegistry) -> None:
-    registry.register("toy", ROWS, "train", reward="math", description="a toy", source="tests")
+    registry.register("toy", ROWS, "train", reward="exact_match", description="a toy", source="tests")
     registry.register("toy", ROWS[:2], "test")
     manifest = json.loads((registry.root / "toy" / "dataset.json").read_text())
-    assert manifest["splits"] == {"train": {"rows": 7, "file": "train.parquet"},
-                                  "test": {"rows": 2, "file": "test.parquet"}}
-    assert (manifest["reward"], manifest["description"], manifest["source"]) == ("math", "a toy", "tests")
+    assert manifest["splits"] == {
+        "train": {"rows": 7, "file": "train.parquet"},
+        "test": {"rows": 2, "file": "test.parquet"},
+    }
+    assert (manifest["reward"], manifest["description"], manifest["source"]) == (
+        "exact_match",
+        "a toy",
+        "tests",
+    )
     assert manifest["created"] and manifest["updated"]
     info = registry.info("toy")
-    assert (info.kind, info.splits, info.reward, info.path) == ("local", {"train": 7, "test": 2}, "math",
-                                                                registry.root / "toy")
+    assert (info.kind, info.splits, info.reward, info.path) == (
+        "local",
+        {"train": 7, "test": 2},
+        "exact_match",
+        registry.root / "toy",
+    )
     # Registering a split again replaces that split only.
     registry.register("toy", ROWS[:3], "train", description="smaller")
     assert registry.info("toy").splits == {"train": 3, "test": 2}
-    assert registry.info("toy").reward == "math" and registry.info("toy").description == "smaller"
+    assert registry.info("toy").reward == "exact_match" and registry.info("toy").description == "smaller"
 
 
 def test_defaults_filled_and_task_model_accepted(registry: DatasetRegistry) -> None:
-    rows = [{"task_id": "a", "question": "q", "ground_truth": "1"},
-            Task(task_id="b", question="q", ground_truth="2", data_source="src")]
+    rows = [
+        {"task_id": "a", "question": "q", "ground_truth": "1"},
+        Task(task_id="b", question="q", ground_truth="2", data_source="src"),
+    ]
     registry.register("mine", rows)
     assert registry.load("mine") == [
         {"task_id": "a", "question": "q", "ground_truth": "1", "data_source": "mine", "metadata": {}},
@@ -79,17 +109,38 @@ def test_defaults_filled_and_task_model_accepted(registry: DatasetRegistry) -> N
     ]
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    ({"task_id": "x", "ground_truth": "1"}, "row 1: missing field 'question'"),
-    ({"task_id": "x", "question": 5, "ground_truth": "1"}, "row 1: field 'question': Input should be a valid string"),
-    ({"task_id": 3, "question": "q", "ground_truth": "1"}, "row 1: field 'task_id'"),
-    ({"task_id": "x", "question": "q", "answer": "1", "ground_truth": "1"}, "row 1: unexpected field 'answer'"),
-    ({"task_id": "x", "question": "q", "ground_truth": (1, 2)}, "row 1 ('x'): field 'ground_truth' must be plain JSON"),
-    ({"task_id": "x", "question": "q", "ground_truth": float("nan")}, "field 'ground_truth' must be plain JSON"),
-    ({"task_id": "x", "question": "q", "ground_truth": "1", "metadata": {1: "a"}}, "row 1: field 'metadata.1.[key]'"),
-    ({"task_id": "x", "question": "q", "ground_truth": "1", "metadata": "{}"}, "row 1: field 'metadata'"),
-    ({"task_id": "t0", "question": "q", "ground_truth": "1"}, "row 1: task_id 't0' already used by row 0"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"task_id": "x", "ground_truth": "1"}, "row 1: missing field 'question'"),
+        (
+            {"task_id": "x", "question": 5, "ground_truth": "1"},
+            "row 1: field 'question': Input should be a valid string",
+        ),
+        ({"task_id": 3, "question": "q", "ground_truth": "1"}, "row 1: field 'task_id'"),
+        (
+            {"task_id": "x", "question": "q", "answer": "1", "ground_truth": "1"},
+            "row 1: unexpected field 'answer'",
+        ),
+        (
+            {"task_id": "x", "question": "q", "ground_truth": (1, 2)},
+            "row 1 ('x'): field 'ground_truth' must be plain JSON",
+        ),
+        (
+            {"task_id": "x", "question": "q", "ground_truth": float("nan")},
+            "field 'ground_truth' must be plain JSON",
+        ),
+        (
+            {"task_id": "x", "question": "q", "ground_truth": "1", "metadata": {1: "a"}},
+            "row 1: field 'metadata.1.[key]'",
+        ),
+        ({"task_id": "x", "question": "q", "ground_truth": "1", "metadata": "{}"}, "row 1: field 'metadata'"),
+        (
+            {"task_id": "t0", "question": "q", "ground_truth": "1"},
+            "row 1: task_id 't0' already used by row 0",
+        ),
+    ],
+)
 def test_invalid_rows_are_named(registry: DatasetRegistry, bad: dict, message: str) -> None:
     with pytest.raises(InvalidTaskError, match=re.escape(message)):
         registry.register("bad", [ROWS[0], bad])
@@ -114,15 +165,26 @@ def test_register_refusals(registry: DatasetRegistry) -> None:
 def test_load_transform_limit_and_errors(registry: DatasetRegistry) -> None:
     registry.register("toy", ROWS)
     assert [r["task_id"] for r in registry.load("toy", limit=2)] == ["t0", "t1"]
-    odd = registry.load("toy", transform=lambda r: None if int(r["task_id"][1]) % 2 else {**r, "question": "!"})
-    assert [(r["task_id"], r["question"]) for r in odd] == [("t0", "!"), ("t2", "!"), ("t4", "!"), ("t6", "!")]
-    assert [r["task_id"] for r in registry.load("toy", transform=lambda r: r if r["task_id"] > "t2" else None,
-                                                 limit=2)] == ["t3", "t4"]
+    odd = registry.load(
+        "toy", transform=lambda r: None if int(r["task_id"][1]) % 2 else {**r, "question": "!"}
+    )
+    assert [(r["task_id"], r["question"]) for r in odd] == [
+        ("t0", "!"),
+        ("t2", "!"),
+        ("t4", "!"),
+        ("t6", "!"),
+    ]
+    assert [
+        r["task_id"]
+        for r in registry.load("toy", transform=lambda r: r if r["task_id"] > "t2" else None, limit=2)
+    ] == ["t3", "t4"]
     with pytest.raises(DatasetNotFoundError, match="no split 'test': it has train"):
         registry.load("toy", "test")
     with pytest.raises(DatasetNotFoundError, match="unknown dataset 'nope'"):
         registry.load("nope")
-    with pytest.raises(DatasetNotFoundError, match="in the catalog but not pulled yet: run `rllm dataset pull gsm8k`"):
+    with pytest.raises(
+        DatasetNotFoundError, match="in the catalog but not pulled yet: run `rllm dataset pull gsm8k`"
+    ):
         registry.load("gsm8k", "test")
 
 
@@ -154,7 +216,11 @@ def test_failed_write_leaves_previous_split_intact(registry: DatasetRegistry, mo
         registry.register("toy", ROWS)
     assert registry.load("toy") == ROWS[:2]
     assert registry.info("toy").splits == {"train": 2}
-    assert sorted(p.name for p in (registry.root / "toy").iterdir()) == [".lock", "dataset.json", "train.parquet"]
+    assert sorted(p.name for p in (registry.root / "toy").iterdir()) == [
+        ".lock",
+        "dataset.json",
+        "train.parquet",
+    ]
 
 
 def test_root_defaults(monkeypatch, tmp_path: Path) -> None:
@@ -179,11 +245,14 @@ def test_arithmetic_builtins(registry: DatasetRegistry, name: str) -> None:
     assert not {r["question"] for r in test} & {r["question"] for r in train}
 
 
-@pytest.mark.parametrize(("name", "distinct"), [("add", 100), ("count_letter", 68)])
-def test_small_arithmetic_builtins_hold_out_a_quarter(registry: DatasetRegistry, name: str, distinct: int) -> None:
+@pytest.mark.parametrize(("name", "held_out"), [("add", 16), ("count_letter", 15)])
+def test_small_arithmetic_builtins_test_split_is_every_held_out_question(
+    registry: DatasetRegistry, name: str, held_out: int
+) -> None:
     assert registry.info(name).splits == {"train": None, "test": None}  # generated: any size
+    assert f"{held_out} held out" in registry.info(name).description
     test = registry.load(name, "test")
-    assert len(test) == len({r["question"] for r in test}) == distinct // 4
+    assert len(test) == len({r["question"] for r in test}) == held_out
     train = registry.load(name, "train", limit=500)
     assert len(train) == 500 and not {r["question"] for r in test} & {r["question"] for r in train}
 
@@ -233,13 +302,27 @@ def _write(path: Path, records: list[dict]) -> Path:
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
 def test_register_file_maps_columns(registry: DatasetRegistry, tmp_path: Path, suffix: str) -> None:
-    records = [{"id": 7, "problem": "1+1?", "solution": "2", "level": 1},
-               {"id": 8, "problem": "2+2?", "solution": "4", "level": 2}]
+    records = [
+        {"id": 7, "problem": "1+1?", "solution": "2", "level": 1},
+        {"id": 8, "problem": "2+2?", "solution": "4", "level": 2},
+    ]
     path = _write(tmp_path / f"data{suffix}", records)
     registry.register_file("mine", path, "test", question_key="problem", answer_key="solution", reward="math")
     assert registry.load("mine", "test") == [
-        {"task_id": "7", "question": "1+1?", "ground_truth": "2", "data_source": "mine", "metadata": {"level": 1}},
-        {"task_id": "8", "question": "2+2?", "ground_truth": "4", "data_source": "mine", "metadata": {"level": 2}},
+        {
+            "task_id": "7",
+            "question": "1+1?",
+            "ground_truth": "2",
+            "data_source": "mine",
+            "metadata": {"level": 1},
+        },
+        {
+            "task_id": "8",
+            "question": "2+2?",
+            "ground_truth": "4",
+            "data_source": "mine",
+            "metadata": {"level": 2},
+        },
     ]
     assert registry.info("mine").source == f"file:{path.resolve()}"
 
@@ -249,10 +332,20 @@ def test_register_csv_defaults(registry: DatasetRegistry, tmp_path: Path) -> Non
     path.write_text('question,answer,metadata,source\nWho?,Ada,"{""era"": 1840}",web\nWhen?,1843,,book\n')
     registry.register_file("qa", path, reward="exact_match")
     assert registry.load("qa") == [
-        {"task_id": "qa-train-0", "question": "Who?", "ground_truth": "Ada", "data_source": "qa",
-         "metadata": {"era": 1840, "source": "web"}},
-        {"task_id": "qa-train-1", "question": "When?", "ground_truth": "1843", "data_source": "qa",
-         "metadata": {"source": "book"}},
+        {
+            "task_id": "qa-train-0",
+            "question": "Who?",
+            "ground_truth": "Ada",
+            "data_source": "qa",
+            "metadata": {"era": 1840, "source": "web"},
+        },
+        {
+            "task_id": "qa-train-1",
+            "question": "When?",
+            "ground_truth": "1843",
+            "data_source": "qa",
+            "metadata": {"source": "book"},
+        },
     ]
 
 
@@ -263,8 +356,11 @@ def test_registry_parquet_file_reads_back_exactly(registry: DatasetRegistry, tmp
 
 def test_register_file_errors(registry: DatasetRegistry, tmp_path: Path) -> None:
     path = _write(tmp_path / "d.jsonl", [{"prompt_text": "q", "label": "a"}])
-    with pytest.raises(ValueError, match=r"no question column \(looked for question, problem, prompt; columns: "
-                                         r"prompt_text, label\): name it with --question-key"):
+    with pytest.raises(
+        ValueError,
+        match=r"no question column \(looked for question, problem, prompt; columns: "
+        r"prompt_text, label\): name it with --question-key",
+    ):
         registry.register_file("d", path)
     with pytest.raises(ValueError, match="no column 'answer' for the answer"):
         registry.register_file("d", path, question_key="prompt_text", answer_key="answer")
@@ -273,6 +369,76 @@ def test_register_file_errors(registry: DatasetRegistry, tmp_path: Path) -> None
         registry.register_file("d", tmp_path / "d.txt")
     with pytest.raises(FileNotFoundError):
         registry.register_file("d", tmp_path / "missing.jsonl")
-    bad = _write(tmp_path / "bad.jsonl", [{"question": "q", "answer": (1, 2)}, {"question": 3, "answer": "a"}])
+    bad = _write(
+        tmp_path / "bad.jsonl", [{"question": "q", "answer": (1, 2)}, {"question": 3, "answer": "a"}]
+    )
     with pytest.raises(InvalidTaskError, match="row 1: field 'question'"):
         registry.register_file("d", bad)
+
+
+# --------------------------------------------------------------------------- rows the reward cannot grade
+
+MATH_ROWS = [
+    {"task_id": "m0", "question": "1+1?", "ground_truth": "2"},
+    {"task_id": "m1", "question": "6*7?", "ground_truth": ["", "42"]},  # the empty entry is skipped
+    {"task_id": "m2", "question": "?", "ground_truth": ["", "  "]},  # nothing to grade against
+]
+
+
+def test_registering_a_row_the_reward_cannot_grade_is_refused_in_one_line(registry: DatasetRegistry) -> None:
+    with pytest.raises(InvalidTaskError) as info:
+        registry.register("mine", MATH_ROWS, "train", reward="math")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "dataset 'mine' split 'train' row 2 (task_id 'm2'): the 'math' reward cannot grade"
+    )
+    assert "non-empty string, a number, or a list" in message
+    assert not registry.exists("mine")  # nothing was written
+    registry.register("mine", MATH_ROWS[:2], "train", reward="math")
+    assert [r["task_id"] for r in registry.load("mine", "train")] == ["m0", "m1"]
+    # A later split of a math dataset is checked against the manifest's reward too.
+    with pytest.raises(InvalidTaskError, match="split 'test' row 0 .task_id 'm2'"):
+        registry.register("mine", MATH_ROWS[2:], "test")
+    # A reward with no ground-truth check accepts any row.
+    registry.register("other", MATH_ROWS, "train", reward="exact_match")
+
+
+def test_loading_a_split_the_reward_cannot_grade_is_refused(registry: DatasetRegistry) -> None:
+    # Registered before its dataset named a reward (or before this check existed): refused when loaded.
+    registry.register("mine", MATH_ROWS, "train")
+    assert len(registry.load("mine", "train")) == 3
+    with pytest.raises(
+        InvalidTaskError, match="^dataset 'mine' split 'train' row 2 .task_id 'm2'.: the 'math'"
+    ):
+        registry.load("mine", "train", reward="math")  # what a run that grades with math asks for
+    assert len(registry.load("mine", "train", limit=2, reward="math")) == 2  # rows it does not return pass
+    registry.register("mine", MATH_ROWS[:1], "test", reward="math")  # the dataset now names math
+    with pytest.raises(InvalidTaskError, match="row 2"):
+        registry.load("mine", "train")
+    # The row index is the row's place in the split, also when a transform drops rows before it.
+    with pytest.raises(InvalidTaskError, match="row 2 "):
+        registry.load("mine", "train", transform=lambda row: None if row["task_id"] == "m0" else row)
+
+
+def test_a_registered_reward_brings_its_own_check(registry: DatasetRegistry) -> None:
+    from rllm.rewards import registry as rewards
+    from rllm.rewards.types import RewardResult
+
+    def needs_int(task: dict) -> str | None:
+        return None if isinstance(task["ground_truth"], int) else "ground_truth must be an integer"
+
+    rewards.register_reward("int_match", lambda task, response: RewardResult(0.0, False), check=needs_int)
+    try:
+        with pytest.raises(
+            InvalidTaskError,
+            match="row 0 .task_id 'a'.: the 'int_match' reward cannot grade it: "
+            "ground_truth must be an integer",
+        ):
+            registry.register(
+                "ints", [{"task_id": "a", "question": "q", "ground_truth": "1"}], reward="int_match"
+            )
+        registry.register("ints", [{"task_id": "a", "question": "q", "ground_truth": 1}], reward="int_match")
+    finally:
+        rewards._USER.pop("int_match", None)
+        rewards._USER_CHECKS.pop("int_match", None)

@@ -11,7 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rllm.rewards import _bounded
-from rllm.rewards.math import extract_answer, grade_answer, make_math_reward, math_reward
+from rllm.rewards.math import (
+    extract_answer,
+    grade_answer,
+    ground_truth_problem,
+    make_math_reward,
+    math_reward,
+    usable_ground_truths,
+)
 from rllm.rewards.registry import get_reward
 
 # (prediction, ground truth): graded equal in both argument orders
@@ -202,7 +209,11 @@ def test_math_reward_info() -> None:
     assert wrong.info["extracted"] == "0.05" and wrong.info["source"] == "answer_line"
     assert math_reward(task, "I don't know").info["reason"] == "no_answer"
     unclosed = math_reward(task, "<think>it is \\boxed{1/2}")
-    assert (unclosed.reward, unclosed.info["reason"], unclosed.info["extracted"]) == (0.0, "unclosed_think", None)
+    assert (unclosed.reward, unclosed.info["reason"], unclosed.info["extracted"]) == (
+        0.0,
+        "unclosed_think",
+        None,
+    )
     assert math_reward(task, "\\boxed{" + "1+" * 600 + "1}").info["reason"] == "too_long"
     assert get_reward("math") is math_reward
 
@@ -216,18 +227,40 @@ def test_math_reward_info() -> None:
         (["1/2", "\\frac{\\sqrt2}{2}"], "\\boxed{\\frac{1}{\\sqrt2}}", True),  # any one of a list
         (["1/2", "3"], "\\boxed{2}", False),
         ("\\boxed{5}", "Answer: 5", True),  # a reference still in its box
+        (["", "42"], "\\boxed{42}", True),  # empty entries of a list are skipped, the rest graded
+        (["  ", "42"], "\\boxed{7}", False),
     ],
 )
 def test_math_reward_ground_truth_forms(truth: object, response: str, correct: bool) -> None:
     assert math_reward({"task_id": "t", "ground_truth": truth}, response).is_correct is correct
 
 
-@pytest.mark.parametrize("truth", [None, "", "  ", [], ["1", ""], True, float("nan"), {"a": 1}])
+@pytest.mark.parametrize(
+    "truth", [None, "", "  ", [], ["", " "], True, float("nan"), {"a": 1}, [None, {"a": 1}]]
+)
 def test_malformed_task_names_the_task(truth: object) -> None:
+    task = {"task_id": "gsm8k-17", "ground_truth": truth}
+    # What the dataset registry refuses a row for, and what the reward raises on, naming the task.
+    assert "holds no usable answer" in ground_truth_problem(task)
     with pytest.raises(ValueError, match="'gsm8k-17'"):
-        math_reward({"task_id": "gsm8k-17", "ground_truth": truth}, "\\boxed{1}")
+        math_reward(task, "\\boxed{1}")
     with pytest.raises(ValueError, match="'gsm8k-18'"):
         math_reward({"task_id": "gsm8k-18"}, "\\boxed{1}")
+
+
+@pytest.mark.parametrize(
+    ("truth", "usable"),
+    [
+        ("42", ("42",)),
+        (["", "42"], ("42",)),
+        (["  ", 3, "x"], ("3", "x")),
+        (2.5, ("2.5",)),
+        (["", None], ()),
+    ],
+)
+def test_usable_ground_truths_are_the_non_empty_answers(truth: object, usable: tuple[str, ...]) -> None:
+    assert usable_ground_truths(truth) == usable
+    assert (ground_truth_problem({"ground_truth": truth}) is None) is bool(usable)
 
 
 def test_format_reward_and_require_boxed() -> None:
