@@ -93,8 +93,9 @@ else
 fi
 
 # --- bubblewrap (the code sandbox) ----------------------------------------------------------------
-# rllm.sandbox isolates model-written code (the python tool, the code reward) with bubblewrap when it is
-# installed, and falls back to weaker isolation otherwise (docs/rewards.md). Best effort: never fails setup.
+# rllm.sandbox isolates model-written code (the python tool, the code reward) with bubblewrap; without it
+# they refuse to run unless RLLM_SANDBOX_ISOLATION=none opts out knowingly (docs/rewards.md). Best effort
+# here: setup does not fail, but says what the sandbox will do.
 if command -v bwrap >/dev/null 2>&1; then
   log "bubblewrap found: $(command -v bwrap)"
 elif [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
@@ -103,11 +104,12 @@ elif [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
          || { apt-get update >/dev/null 2>&1 \
               && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap >/dev/null 2>&1; }; }
   then
-    log "warning: could not install bubblewrap; the code sandbox falls back to weaker isolation (docs/rewards.md)"
+    log "warning: could not install bubblewrap; the code reward and python tool will refuse to run" \
+        "(install it, or set RLLM_SANDBOX_ISOLATION=none knowingly; docs/rewards.md)"
   fi
 else
-  log "note: bubblewrap (bwrap) is not installed; the code sandbox falls back to weaker isolation." \
-      "Install it (e.g. sudo apt-get install bubblewrap) for network and filesystem isolation (docs/rewards.md)"
+  log "note: bubblewrap (bwrap) is not installed; the code reward and python tool will refuse to run." \
+      "Install it (e.g. sudo apt-get install bubblewrap), or set RLLM_SANDBOX_ISOLATION=none knowingly (docs/rewards.md)"
 fi
 
 # --- check -----------------------------------------------------------------------------------------

@@ -1,22 +1,34 @@
 """The training job ``test_resume.py`` runs, killed and resumed: ``python tests/resume_job.py MODEL RUNS [k=v ...]``.
 
 A LoRA GRPO run on the tiny model with a reward the random model earns about half the time (the parity
-of its first token id), so every step has groups with signal and really updates the adapter.
+of its first token id), so every step has groups with signal and really updates the adapter. 4 steps,
+a checkpoint every 2; the run directory is ``RUNS/job`` and its run store ``RUNS/rllm.db``.
+
+With ``RESUME_JOB_DIE_IN_CHECKPOINT=k`` in the environment the job SIGKILLs itself in the middle of
+writing its step-k checkpoint: the backend's state (adapter, optimizer) is on disk in the checkpoint's
+temporary directory, the loop state and the rename into place are not, and the metric lines (and run
+store rows) of every step up to k are already written. That is the worst moment for a resume: steps
+that were logged but never checkpointed, beside a half-written checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from rllm.engine.context import RolloutContext
+from rllm.trainer import agent_trainer
 from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
+from rllm.trainer.checkpoint import save_checkpoint
 from rllm.trainer.config import TrainConfig
 from rllm.utils.config import load_config
 
 TASKS = [{"task_id": f"t{i}", "question": f"Say something about the number {i}."} for i in range(6)]
+DIE_IN_CHECKPOINT = "RESUME_JOB_DIE_IN_CHECKPOINT"
 
 
 async def parity_workflow(task: dict[str, Any], ctx: RolloutContext) -> float:
@@ -24,20 +36,63 @@ async def parity_workflow(task: dict[str, Any], ctx: RolloutContext) -> float:
     return float(completion.completion_ids[0] % 2 == 0)
 
 
+class _DiesAfterSavingState:
+    """Stands in for the backend inside ``save_checkpoint``: saves the real state, then kills the process."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def save_state(self, path: Path) -> None:
+        self._backend.save_state(path)
+        logging.getLogger(__name__).info("state written to %s; dying before the checkpoint is complete", path)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_in_checkpoint(die_at_step: int) -> None:
+    """Make the trainer's step-``die_at_step`` checkpoint write end in SIGKILL (other steps save normally)."""
+
+    def save(run_dir: Path, step: int, backend: Any, loop_state: dict[str, Any], keep: int) -> Path:
+        if step == die_at_step:
+            backend = _DiesAfterSavingState(backend)
+        return save_checkpoint(run_dir, step, backend, loop_state, keep=keep)
+
+    agent_trainer.save_checkpoint = save  # type: ignore[assignment]
+
+
 def run(model_dir: str, run_dir: str, *overrides: str) -> TrainResult:
-    cfg = load_config(TrainConfig, None, [
-        f"model.path={model_dir}", f"trainer.run_dir={run_dir}", "trainer.name=job",
-        "trainer.steps=4", "trainer.checkpoint_every=2", "trainer.threads=1", "trainer.loggers=[jsonl]",
-        "trainer.plot=false", "eval.before=false", "eval.after=false", "backend.device=cpu",
-        "lora.rank=4", "lora.alpha=8", "optim.lr=0.01", "optim.schedule=cosine",
-        "rollout.batch_size=2", "rollout.group_size=4", "rollout.max_tokens=4",
-        *overrides,
-    ])
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={model_dir}",
+            f"trainer.run_dir={run_dir}",
+            "trainer.name=job",
+            f"trainer.store={Path(run_dir) / 'rllm.db'}",
+            "trainer.steps=4",
+            "trainer.checkpoint_every=2",
+            "trainer.threads=1",
+            "trainer.loggers=[jsonl]",
+            "trainer.plot=false",
+            "eval.before=false",
+            "eval.after=false",
+            "backend.device=cpu",
+            "lora.rank=4",
+            "lora.alpha=8",
+            "optim.lr=0.01",
+            "optim.schedule=cosine",
+            "rollout.batch_size=2",
+            "rollout.group_size=4",
+            "rollout.max_tokens=4",
+            *overrides,
+        ],
+    )
     trainer = AgentTrainer(cfg, workflow=parity_workflow, train_tasks=TASKS, test_tasks=TASKS[:1])
     return trainer.train()
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if os.environ.get(DIE_IN_CHECKPOINT):
+        _die_in_checkpoint(int(os.environ[DIE_IN_CHECKPOINT]))
     run(sys.argv[1], sys.argv[2], *sys.argv[3:])
     print(f"finished {Path(sys.argv[2]) / 'job'}")

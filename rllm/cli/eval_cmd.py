@@ -104,6 +104,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rllm.eval.runner import EvalSpec, run_eval
     from rllm.rewards.instructions import answer_instruction
     from rllm.rewards.registry import get_reward
+    from rllm.sandbox import SandboxUnavailable
     from rllm.store import StoreError, default_store_path
 
     if args.base_url and not args.model:
@@ -143,7 +144,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
             device=args.device, dtype=args.dtype, store=None if args.no_store else args.store or default_store_path(),
         )
         summary = run_eval(spec, tasks, flow, evaluator_fn)
-    except (ValueError, KeyError, FileNotFoundError, AttributeError, ConnectionError, StoreError) as exc:
+    except (ValueError, KeyError, FileNotFoundError, AttributeError, ConnectionError, StoreError,
+            SandboxUnavailable) as exc:  # SandboxUnavailable: the code reward refuses to grade without isolation
         print(f"rllm eval: {exc}", file=sys.stderr)
         return 2
     print_summary(summary, Console())

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import os
@@ -59,19 +60,19 @@ _REL_TOL, _ABS_TOL = 1e-6, 1e-9
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 
-def code_reward(task: dict[str, Any], response: str) -> RewardResult:
-    """The code reward with the default limits of ``make_code_reward``."""
-    return _DEFAULT(task, response)
-
-
 def make_code_reward(
     *, timeout_s: float = 6.0, memory_mb: int = 512, max_parallel: int | None = None, isolation: str = "auto"
 ) -> RewardFn:
     """A code reward whose tests each get ``timeout_s`` of wall time and ``memory_mb`` of address space per
     process. At most ``max_parallel`` tests run at once (default: the CPU count, at most 4) over all the
     calls of the returned function, from any thread: the workflows score episodes concurrently. The
-    returned function blocks; ``acode_reward`` is the same for asyncio code."""
+    returned function blocks; ``acode_reward`` is the same for asyncio code.
+
+    Refuses here, not mid-run, with ``SandboxUnavailable`` when ``isolation`` does not work on this
+    machine: ``auto`` is bubblewrap, which hides the project and its answers; a weaker one (``none``,
+    ``unshare``: the host's filesystem is readable) must be asked for by name or ``$RLLM_SANDBOX_ISOLATION``."""
     settings = _Settings.of(timeout_s, memory_mb, max_parallel, isolation)
+    sandbox.protections(isolation)  # blocks once per isolation while it probes; raises if it cannot run
 
     def reward(task: dict[str, Any], response: str) -> RewardResult:
         return sandbox.run_blocking(_grade(task, response, settings))
@@ -154,8 +155,11 @@ async def _grade(task: dict[str, Any], response: str, settings: _Settings) -> Re
     protections = await asyncio.to_thread(sandbox.protections, settings.isolation, **{
         k: v for k, v in settings.sandbox_kwargs().items() if k != "isolation"})
     info = {"passed": passed, "total": len(records), "program_found": program is not None,
-            "tests": records, "protections": protections}
-    return RewardResult(reward=passed / len(records), is_correct=passed == len(records), info=info)
+            "tests": records, "isolation": protections["isolation"], "protections": protections}
+    # Which isolation graded this episode, as a step metric (the mean over a step: the share under it).
+    metrics = {f"reward/code/isolation/{protections['isolation']}": 1.0}
+    return RewardResult(reward=passed / len(records), is_correct=passed == len(records), info=info,
+                        metrics=metrics)
 
 
 async def _stdio(
@@ -376,4 +380,14 @@ def _parse_ground_truth(task: dict[str, Any]) -> tuple[list[dict[str, Any]], str
     return tests, entry_point
 
 
-_DEFAULT = make_code_reward()
+@functools.cache
+def _default() -> RewardFn:
+    return make_code_reward()
+
+
+def __getattr__(name: str) -> Any:
+    """``code_reward``: the code reward with the default limits of ``make_code_reward``, built (and its
+    sandbox checked, refusing without real isolation) when first imported or looked up, not at import."""
+    if name == "code_reward":
+        return _default()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,11 +20,14 @@ from typing import Any
 @dataclass
 class RewardResult:
     """``reward`` is what training optimises; ``is_correct`` is what accuracy counts; ``info`` says why
-    (the extracted answer, per-test results, the judge's verdict, ...) and must be JSON-serialisable."""
+    (the extracted answer, per-test results, the judge's verdict, ...) and must be JSON-serialisable.
+    ``metrics`` are numbers the run's step metrics average over episodes (the code reward's
+    ``reward/code/isolation/bwrap``: which sandbox graded)."""
 
     reward: float
     is_correct: bool
     info: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 RewardFn = Callable[[dict[str, Any], str], RewardResult]

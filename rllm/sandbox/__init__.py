@@ -14,19 +14,23 @@ Every run, whatever the machine, has:
   written file, no core dumps; ``max_output_bytes`` of each of stdout and stderr kept;
 - a wall-clock timeout, after which the whole process tree is killed.
 
-The rest depends on the tool that works here (``isolation="auto"`` takes the first):
+The rest depends on the tool. ``isolation="auto"`` is bubblewrap or nothing: where bwrap is missing or does
+not work it raises ``SandboxUnavailable`` (install bubblewrap, or opt out knowingly with ``isolation="none"``
+or ``$RLLM_SANDBOX_ISOLATION=none``); it never falls back silently.
 
-- ``bwrap`` (bubblewrap): its own network (loopback only), pid, IPC and UTS namespaces; the root filesystem
-  read-only, empty read-only /tmp, /var/tmp, /home, /root, /run, /mnt, /media and /srv, and the working
-  directory a small tmpfs. As root, bwrap builds the namespaces and the code runs as a fresh unprivileged
-  uid leased for the run, so ``RLIMIT_NPROC`` (``max_processes``) holds (the kernel ignores it for uid 0)
-  and root's files are out of reach; as any other user, in a user namespace where ``RLIMIT_NPROC`` counts
-  only the sandbox's processes (Linux >= 5.14).
-- ``unshare`` (util-linux): the same namespaces, but the host's filesystem, protected only by the uid.
-- ``none``: the limits and a process group only.
+- ``bwrap`` (bubblewrap): its own network (loopback only), pid, IPC and UTS namespaces; a filesystem built
+  from an allow-list on an empty read-only root: ``/usr`` (and the ``/bin``, ``/lib*`` links), the linker's
+  ``/etc`` files and the interpreter's prefix, read-only, with their site-packages and any secret directory
+  inside them masked; nothing of the project, the venv, HOME, caches, datasets or runs. Writable: the work
+  dir (a small tmpfs) and /dev/shm. As root, bwrap builds the namespaces and the code runs as a fresh
+  unprivileged uid leased for the run, so ``RLIMIT_NPROC`` (``max_processes``) holds (the kernel ignores it
+  for uid 0); as any other user, in a user namespace where ``RLIMIT_NPROC`` counts only the sandbox's
+  processes (Linux >= 5.14).
+- ``unshare`` (util-linux), only when named: the same namespaces, but the host's filesystem, all readable.
+- ``none``, only when named: the limits and a process group; a child that calls ``setsid()`` outlives the
+  timeout unless a leased uid (root) lets every process of that uid be killed.
 
-docs/rewards.md has the full table and what is NOT protected (notably: without bwrap, a root rllm whose
-interpreter lives under /root runs the code as root).
+docs/rewards.md has the full table and what is NOT protected.
 
 Inside: ``_types`` (the result, the limits), ``_isolation`` (finding the tool, the protections report),
 ``_bwrap`` (its command line), ``_uids`` (the leased uids), ``_run`` (one run, start to result).

@@ -11,7 +11,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from rllm.sandbox._bwrap import bwrap_args, hidden_dirs
+from rllm.sandbox._bwrap import allowed_dirs, bwrap_args, masked_dirs
 from rllm.sandbox._run import Workdir, execute, run_blocking
 from rllm.sandbox._types import SCRIPT_NAME, SHM_BYTES, Limits, MiB, SandboxUnavailable
 from rllm.sandbox._uids import UID_BASE
@@ -19,6 +19,8 @@ from rllm.sandbox._uids import UID_BASE
 logger = logging.getLogger("rllm.sandbox")  # the package's logger, as users configure it
 
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
+# Names the isolation ``auto`` uses instead of bubblewrap: the knowing opt-in to weaker isolation.
+OPT_IN_ENV = "RLLM_SANDBOX_ISOLATION"
 
 _PROBE_TIMEOUT_S = 20.0
 
@@ -97,12 +99,16 @@ class Plan:
         else:
             user = "this user" + (" (in its own user namespace)" if namespaced else "")
         if self.tool == "bwrap":
+            masks = ", ".join(masked_dirs()) or "none needed"
             filesystem = (
-                f"read-only root; empty read-only {', '.join(hidden_dirs())}; writable: the work dir "
+                f"allow-list, read-only: {', '.join(allowed_dirs())} and the linker's /etc files, "
+                f"site-packages and secret dirs inside them masked ({masks}); nothing else of the host "
+                f"(no project, venv, HOME, caches, datasets, runs, /tmp); writable: the work dir "
                 f"({limits.workdir_bytes // MiB} MiB tmpfs) and /dev/shm ({SHM_BYTES // MiB} MiB)"
             )
         else:
-            filesystem = "the host's, limited only by the code's uid (see user)"
+            filesystem = ("the host's, ALL readable by the code's uid (see user): the project, its datasets "
+                          "and the expected answers included")
         nproc = self.nproc(limits)
         if nproc is not None:
             process_count = f"RLIMIT_NPROC {nproc} (processes and threads)"
@@ -110,10 +116,14 @@ class Plan:
             process_count = "none: RLIMIT_NPROC does not bind root; only the timeout stops a fork bomb"
         else:
             process_count = "none: RLIMIT_NPROC would count all of this user's processes; only the timeout"
-        tree = "own pid namespace: everything dies with the sandbox" if namespaced else "process group"
+        if namespaced:
+            tree = "own pid namespace: everything dies with the sandbox"
+        elif self.drop_uid:
+            tree = "process group, then every process of the leased uid (setsid children included)"
+        else:
+            tree = ("process group only: a child that calls setsid() leaves it and OUTLIVES the timeout "
+                    "(nothing else can find it; use bwrap)")
         network = "none: own network namespace, loopback only" if namespaced else "the host's (NOT isolated)"
-        if self.drop_uid and not namespaced:
-            tree += ", then every process of the leased uid"
         return {
             "isolation": self.tool,
             "user": user,
@@ -136,42 +146,55 @@ _PLANS_LOCK = threading.Lock()
 
 def cached_plan(isolation: str) -> Plan | None:
     """The plan for ``isolation`` if it was already found (never blocks)."""
-    return _PLANS.get(isolation)
+    return _PLANS.get(_resolve(isolation))
 
 
 def plan_for(isolation: str) -> Plan:
-    """The plan for ``isolation``; the first call per isolation blocks while it tries the tools."""
+    """The plan for ``isolation``; the first call per isolation blocks while it tries the tools. Raises
+    ``SandboxUnavailable`` (what to install, or how to opt in to less) when it does not work here."""
+    tool = _resolve(isolation)
+    with _PLANS_LOCK:
+        if tool not in _PLANS:
+            _PLANS[tool] = _choose_plan(tool)
+        return _PLANS[tool]
+
+
+def _resolve(isolation: str) -> str:
+    """The tool ``isolation`` stands for: ``auto`` is bubblewrap unless ``$RLLM_SANDBOX_ISOLATION`` names
+    another, knowingly."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
-    with _PLANS_LOCK:
-        if isolation not in _PLANS:
-            _PLANS[isolation] = _choose_plan(isolation)
-        return _PLANS[isolation]
+    if isolation != "auto":
+        return isolation
+    value = os.environ.get(OPT_IN_ENV, "").strip() or "auto"
+    if value not in ISOLATIONS:
+        raise ValueError(f"{OPT_IN_ENV}={value!r}: choose one of {', '.join(ISOLATIONS)}")
+    return "bwrap" if value == "auto" else value
 
 
-def _choose_plan(isolation: str) -> Plan:
-    """The first plan that runs a probe correctly: strongest tool first, and as root a leased uid first."""
-    tools = ("bwrap", "unshare", "none") if isolation == "auto" else (isolation,)
+def _choose_plan(tool: str) -> Plan:
+    """The plan of ``tool`` that runs a probe correctly, as root with a leased uid first."""
     drops = (True, False) if os.geteuid() == 0 else (False,)
     failures = []
-    for tool in tools:
-        if tool != "none" and shutil.which(tool) is None:
-            failures.append(f"{tool}: not installed")
-            continue
+    if tool != "none" and shutil.which(tool) is None:
+        failures.append(f"{tool}: not installed")
+    else:
         for drop in drops:
             plan = Plan(tool, drop)
             problem = _probe(plan)
             if problem is None:
-                if failures or (os.geteuid() == 0 and not drop):
+                if os.geteuid() == 0 and not drop:
                     user = plan.describe(Limits(5, 512, 16, 1))["user"]
-                    reasons = "; ".join(failures) or "no leased uid"
-                    logger.warning("sandbox: using %s (%s); %s", tool, user, reasons)
+                    logger.warning("sandbox: using %s as %s (%s)", tool, user, "; ".join(failures))
                 return plan
             failures.append(f"{tool}{' with a leased uid' if drop else ''}: {problem}")
-    raise SandboxUnavailable(
-        f"no sandbox for isolation={isolation!r}: {'; '.join(failures)}. Install bubblewrap "
-        "(apt-get install bubblewrap) and allow unprivileged user namespaces, or use isolation='auto'"
-    )
+    if tool == "bwrap":
+        raise SandboxUnavailable(
+            f"no real isolation for model-written code here ({'; '.join(failures)}): install bubblewrap "
+            f"(apt-get install bubblewrap, or bash scripts/setup.sh as root) and allow user namespaces, or set "
+            f"{OPT_IN_ENV}=none (or pass isolation='none') to run it with the host's filesystem, knowingly"
+        )
+    raise SandboxUnavailable(f"no sandbox for isolation={tool!r}: {'; '.join(failures)}")
 
 
 def _probe(plan: Plan) -> str | None:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rllm.sandbox import arun_python
+from rllm.sandbox import arun_python, protections
 from rllm.tools.tool import Tool
 
 # --- calculator -------------------------------------------------------------------------------------
@@ -150,13 +150,18 @@ def _format_number(value: float) -> str:
 _PYTHON_TOOL_SLACK_S = 5.0
 
 
-def make_python_tool(timeout_s: float = 5.0, memory_mb: int = 512, *, name: str = "python") -> Tool:
+def make_python_tool(
+    timeout_s: float = 5.0, memory_mb: int = 512, *, name: str = "python", isolation: str = "auto"
+) -> Tool:
     """A tool that runs a model's Python code in ``rllm.sandbox`` and returns what it printed.
 
     The result is stdout, then stderr, then a line for a non-zero exit code or a timeout: the model
     reads every failure as text (the process is killed at ``timeout_s``), nothing is raised. Only the
-    standard library is importable (see ``rllm.sandbox``).
+    standard library is importable (see ``rllm.sandbox``). Making the tool checks the sandbox: without
+    real isolation (``auto`` is bubblewrap) it raises ``SandboxUnavailable`` here, before any episode;
+    ``isolation="none"`` runs the code with the host's filesystem, knowingly.
     """
+    protections(isolation)  # blocks once per isolation while it probes; raises if it cannot run
 
     async def python(code: str) -> str:
         """Run a Python script and return its output. Only the standard library is available.
@@ -166,7 +171,7 @@ def make_python_tool(timeout_s: float = 5.0, memory_mb: int = 512, *, name: str 
         Args:
             code: The Python code to run.
         """
-        result = await arun_python(code, timeout_s=timeout_s, memory_mb=memory_mb)
+        result = await arun_python(code, timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation)
         parts = [text.rstrip("\n") for text in (result.stdout, result.stderr) if text.strip()]
         if result.timed_out:
             parts.append(f"Timed out after {timeout_s:g}s (the process was killed).")

@@ -311,9 +311,10 @@ class AgentTrainer:
         cfg = self.cfg
         dump_config(cfg, self.run_dir / "config.yaml")
         resume_from = ckpt if cfg.trainer.resume else None
-        if resume_from is not None:
-            # Before the sinks open the file: lines a killed run wrote after its last checkpoint are redone.
-            _drop_metrics_after(self.run_dir / "metrics.jsonl", load_loop_state(resume_from)["step"])
+        # Before the sinks open the file: lines a killed run wrote after its last checkpoint are redone, and a
+        # run that starts at step 0 (a killed run that left no complete checkpoint) redoes all of them.
+        redone_after = load_loop_state(resume_from)["step"] if resume_from is not None else -1
+        _drop_metrics_after(self.run_dir / "metrics.jsonl", redone_after)
         sinks = build_sinks(cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS)
         if self.run_store is not None:
             sinks.append(self.run_store)
@@ -398,16 +399,22 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
 
 
 def _drop_metrics_after(path: Path, step: int) -> None:
-    """On resume, forget metric lines a killed run wrote after its last checkpoint (they are redone)."""
+    """Forget the metric lines of steps after ``step`` (``-1``: every line), which this run is about to redo:
+    a killed run wrote them after its last complete checkpoint. Lines cut short by the kill go too."""
     if not path.exists():
         return
+    lines = path.read_text().splitlines()
     kept = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
             if json.loads(line).get("step", 0) <= step:
                 kept.append(line)
         except json.JSONDecodeError:  # a line cut by the kill
             continue
+    if len(kept) == len(lines):
+        return
+    logger.warning("dropping %d line(s) of %s %s: a killed run wrote them and this run redoes them",
+                   len(lines) - len(kept), path, f"after step {step}" if step >= 0 else "(no checkpoint to resume)")
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(k + "\n" for k in kept))
     tmp.replace(path)

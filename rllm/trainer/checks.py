@@ -115,5 +115,21 @@ def _check_dataset(cfg: TrainConfig) -> None:
         raise UnsupportedConfigError(f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}")
     if cfg.workflow.name != "frozenlake" and (d.reward or info.reward) is None:
         raise UnsupportedConfigError(f"dataset {d.task!r} names no reward: set data.reward")
+    _check_sandbox(cfg, None if cfg.workflow.name == "frozenlake" else d.reward or info.reward)
+
+
+def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:
+    """What runs model-written code (the code reward, the python tool) has real isolation here, or was told
+    to do without knowingly: refused now, before the model loads, not at the first episode."""
+    from rllm.rewards.registry import get_reward
+    from rllm.sandbox import SandboxUnavailable, protections
+
+    try:
+        if reward is not None:
+            get_reward(reward)  # building the code reward checks its sandbox
+        if cfg.workflow.name == "tool_agent" and "python" in cfg.workflow.tools:
+            protections()
+    except SandboxUnavailable as exc:
+        raise UnsupportedConfigError(str(exc)) from None
 
 

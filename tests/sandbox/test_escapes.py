@@ -9,6 +9,7 @@ instead of hurting the machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -22,25 +23,22 @@ import pytest
 
 import rllm
 from rllm.rewards.code import make_code_reward
-from rllm.sandbox import SandboxUnavailable, protections, run_python
+from rllm.rewards.types import RewardFn
+from rllm.sandbox import run_python
 
 _GUARD = (
     "import os, sys\n"
     "if os.getuid() == 0 or os.getpid() > 5:\n"
     "    sys.exit('refusing: not an unprivileged process in a pid namespace of its own')\n"
 )
-_reward = make_code_reward(timeout_s=3.0, memory_mb=256, max_parallel=2)
 
 
-@pytest.fixture(autouse=True)
-def _needs_bubblewrap() -> None:
-    try:
-        isolation = protections()["isolation"]
-    except SandboxUnavailable as e:
-        pytest.skip(f"no sandbox: {e}")
-    if isolation != "bwrap":
-        pytest.skip("bubblewrap (bwrap) is missing or does not work here, and only it isolates the network "
-                    "and the filesystem: apt-get install bubblewrap")
+@functools.cache
+def _reward() -> RewardFn:  # built on first use: without bubblewrap it refuses, and the fixture skips first
+    return make_code_reward(timeout_s=3.0, memory_mb=256, max_parallel=2)
+
+
+pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
 def _closed_by_everyone(read_fd: int, wait_s: float = 3.0) -> bool:
@@ -310,7 +308,7 @@ _ADD_TASK = {
 
 
 def _score(program: str) -> float:
-    return _reward(_ADD_TASK, f"```python\n{program}\n```").reward
+    return _reward()(_ADD_TASK, f"```python\n{program}\n```").reward
 
 
 def test_printing_a_fake_verdict_does_not_pass() -> None:
@@ -360,7 +358,7 @@ def test_patching_builtins_does_not_pass() -> None:
         "def abs(x):\n    return 0\n"
         "def half(x):\n    return 7\n"
     )
-    assert _reward(task, f"```python\n{program}\n```").reward == 0.0
+    assert _reward()(task, f"```python\n{program}\n```").reward == 0.0
 
 
 def test_writing_a_results_file_does_not_pass() -> None:
@@ -408,7 +406,7 @@ def test_the_expected_answers_never_enter_the_sandbox() -> None:
         "if __name__ == '__main__':\n"
         "    print(find(sys.stdin.read()))\n"
     )
-    result = _reward(task, f"```python\n{program}\n```")
+    result = _reward()(task, f"```python\n{program}\n```")
     assert result.reward == 0.0
     assert all(test["error"] == "wrong_answer" for test in result.info["tests"]), result.info["tests"]
     stdio = result.info["tests"][2]
