@@ -29,13 +29,33 @@ _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/
 # The system directories: /usr, and on systems without merged /usr the top-level binary and library dirs.
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Environment variables naming directories that hold data the program must never read.
-_SECRET_ENV = ("HOME", "RLLM_CACHE_DIR", "RLLM_DATASETS_DIR", "RLLM_STORE", "XDG_CACHE_HOME", "XDG_DATA_HOME",
-               "HF_HOME", "HF_DATASETS_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "VIRTUAL_ENV")
+_SECRET_ENV = (
+    "HOME",
+    "RLLM_CACHE_DIR",
+    "RLLM_DATASETS_DIR",
+    "RLLM_STORE",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "HF_HOME",
+    "HF_DATASETS_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "TRANSFORMERS_CACHE",
+    "VIRTUAL_ENV",
+)
 
 
 def bwrap_args(workdir: Workdir, limits: Limits, drop_uid: bool) -> list[str]:
-    args = ["bwrap", "--die-with-parent", "--new-session", "--clearenv",
-            "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    args = [
+        "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if os.geteuid() == 0:
         # Root's bwrap builds the namespaces itself; only the launcher gets the capabilities it needs to
         # switch to the leased uid, and loses them (and every other one) when it does.
@@ -49,8 +69,15 @@ def bwrap_args(workdir: Workdir, limits: Limits, drop_uid: bool) -> list[str]:
     args += filesystem_args()
     args += ["--dev", "/dev", "--proc", "/proc"]
     args += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
-    args += [*_parents(workdir.path), "--size", str(limits.workdir_bytes), "--perms", "0777",
-             "--tmpfs", workdir.path]
+    args += [
+        *_parents(workdir.path),
+        "--size",
+        str(limits.workdir_bytes),
+        "--perms",
+        "0777",
+        "--tmpfs",
+        workdir.path,
+    ]
     for name in workdir.names:
         path = os.path.join(workdir.path, name)
         args += ["--ro-bind", path, path]
@@ -100,7 +127,9 @@ def secret_dirs() -> tuple[str, ...]:
     stdlib = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
     found = {*site.getsitepackages(), site.getusersitepackages(), sys.prefix, os.getcwd()}
     for scheme_key in ("purelib", "platlib"):
-        found.add(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})[scheme_key])
+        found.add(
+            sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})[scheme_key]
+        )
     for entry in sys.path:
         real = os.path.realpath(entry or ".")
         if not any(_is_under(real, s) for s in stdlib):
@@ -125,7 +154,9 @@ def masked_dirs() -> list[str]:
     that contains an allowed dir (HOME holding a pyenv interpreter) needs no mask: only the allowed
     subdirectory is bound, none of its siblings."""
     allowed = allowed_dirs()
-    masks = {s for s in secret_dirs() if os.path.isdir(s) and any(_is_under(s, a) and s != a for a in allowed)}
+    masks = {
+        s for s in secret_dirs() if os.path.isdir(s) and any(_is_under(s, a) and s != a for a in allowed)
+    }
     # A mask inside another mask is covered already.
     return sorted(m for m in masks if not any(other != m and _is_under(m, other) for other in masks))
 

@@ -59,7 +59,11 @@ def planted() -> Iterator[tuple[str, Path]]:
     home_file = Path.home() / f".escape-test-{uuid.uuid4().hex[:8]}"
     try:
         DatasetRegistry(where / "datasets").register(
-            "leaky", [{"task_id": "t0", "question": "q", "ground_truth": token}], "train", reward="exact_match")
+            "leaky",
+            [{"task_id": "t0", "question": "q", "ground_truth": token}],
+            "train",
+            reward="exact_match",
+        )
         with sqlite3.connect(where / "rllm.db") as db:
             db.execute("CREATE TABLE episodes (answer TEXT)")
             db.execute("INSERT INTO episodes VALUES (?)", (token,))
@@ -71,12 +75,18 @@ def planted() -> Iterator[tuple[str, Path]]:
 
 
 def test_the_code_problems_module_and_its_tests_are_unreadable() -> None:
-    targets = [str(CODE_PROBLEMS), str(REPO / "tests" / "data" / "test_code_problems.py"),
-               str(REPO / "rllm" / "rewards" / "code.py"), str(REPO / "pyproject.toml")]
+    targets = [
+        str(CODE_PROBLEMS),
+        str(REPO / "tests" / "data" / "test_code_problems.py"),
+        str(REPO / "rllm" / "rewards" / "code.py"),
+        str(REPO / "pyproject.toml"),
+    ]
     assert all(os.path.exists(p) for p in targets)  # they are there on the host
     result = run_python(_try_read(targets))
     assert result.ok, result.stderr
-    assert [line.split()[0] for line in result.stdout.splitlines()] == ["refused"] * len(targets), result.stdout
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["refused"] * len(targets), (
+        result.stdout
+    )
 
 
 def test_importing_the_project_from_its_path_fails() -> None:
@@ -92,8 +102,15 @@ def test_importing_the_project_from_its_path_fails() -> None:
 
 def test_the_repository_the_venv_and_home_cannot_be_listed() -> None:
     home = str(Path.home())
-    targets = [str(REPO), str(REPO.parent), str(REPO / ".venv"), os.path.realpath(os.sys.prefix), home,
-               str(Path(home) / ".cache"), str(REPO / "runs")]
+    targets = [
+        str(REPO),
+        str(REPO.parent),
+        str(REPO / ".venv"),
+        os.path.realpath(os.sys.prefix),
+        home,
+        str(Path(home) / ".cache"),
+        str(REPO / "runs"),
+    ]
     result = run_python(_try_read(targets))
     for line in result.stdout.splitlines():
         verdict, path, *rest = line.split(maxsplit=2)
@@ -117,8 +134,13 @@ def test_the_default_caches_and_stores_are_absent() -> None:
     from rllm.models import cache_dir
     from rllm.store import default_store_path
 
-    targets = [str(cache_dir()), str(DatasetRegistry().root), str(default_store_path().parent),
-               str(Path.home() / ".cache" / "huggingface"), os.environ.get("RLLM_STORE", "/nonexistent")]
+    targets = [
+        str(cache_dir()),
+        str(DatasetRegistry().root),
+        str(default_store_path().parent),
+        str(Path.home() / ".cache" / "huggingface"),
+        os.environ.get("RLLM_STORE", "/nonexistent"),
+    ]
     result = run_python(_try_read(targets))
     assert all(line.startswith("refused") for line in result.stdout.splitlines()), result.stdout
 

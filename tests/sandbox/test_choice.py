@@ -21,8 +21,10 @@ from rllm.rewards.code import make_code_reward
 from rllm.sandbox import SandboxUnavailable, _isolation, protections, run_python
 from rllm.tools.builtin import make_python_tool
 
-_TASK = {"task_id": "add", "ground_truth": {"tests": [{"type": "call", "args": [2, 3], "expected": 5}],
-                                            "entry_point": "add"}}
+_TASK = {
+    "task_id": "add",
+    "ground_truth": {"tests": [{"type": "call", "args": [2, 3], "expected": 5}], "entry_point": "add"},
+}
 
 
 @pytest.fixture
@@ -69,13 +71,18 @@ def test_without_bubblewrap_the_code_reward_and_the_python_tool_refuse_when_made
 def test_opting_in_to_none_knowingly_grades_and_the_metrics_say_so(
     no_bwrap: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    explicit = make_code_reward(isolation="none", timeout_s=5)(_TASK, "```python\ndef add(a, b):\n    return a + b\n```")
+    explicit = make_code_reward(isolation="none", timeout_s=5)(
+        _TASK, "```python\ndef add(a, b):\n    return a + b\n```"
+    )
     assert explicit.reward == 1.0 and explicit.info["isolation"] == "none"
     assert explicit.metrics == {"reward/code/isolation/none": 1.0}
     assert "ALL readable" in explicit.info["protections"]["filesystem"]
-    monkeypatch.setenv(_isolation.OPT_IN_ENV, "none")  # the same opt-in for auto, for configs without the argument
+    monkeypatch.setenv(
+        _isolation.OPT_IN_ENV, "none"
+    )  # the same opt-in for auto, for configs without the argument
     assert make_code_reward()(_TASK, "```python\ndef add(a, b):\n    return 0\n```").metrics == {
-        "reward/code/isolation/none": 1.0}
+        "reward/code/isolation/none": 1.0
+    }
     monkeypatch.setenv(_isolation.OPT_IN_ENV, "docker")
     with pytest.raises(ValueError, match="RLLM_SANDBOX_ISOLATION='docker': choose one of"):
         protections()
