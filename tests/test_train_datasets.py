@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rllm.data.registry import DatasetRegistry
+from rllm.data.schema import InvalidTaskError
 from rllm.rewards.code import code_reward
 from rllm.rewards.countdown import countdown_reward
 from rllm.rewards.math import math_reward
@@ -83,3 +84,12 @@ def test_unusable_datasets_are_refused_at_start_up(datasets_dir: Path) -> None:
     DatasetRegistry().register("unscored", ROWS, "test")
     assert "names no reward: set data.reward" in _refusal("data.task=unscored")
     check_config(_cfg("data.task=unscored", "data.reward=math"), LocalBackend.capabilities)
+
+
+def test_data_reward_checks_the_rows_before_the_run_starts(datasets_dir: Path) -> None:
+    # Registered for exact_match (an empty answer is a valid string there), trained with data.reward=math:
+    # the row math cannot grade is refused when the trainer loads the split, naming the row.
+    rows = [*ROWS[:2], {**ROWS[2], "task_id": "empty", "ground_truth": ["", " "]}]
+    DatasetRegistry().register("mine", rows, "train", reward="exact_match")
+    with pytest.raises(InvalidTaskError, match=r"row 2 \(task_id 'empty'\).*'math' reward"):
+        AgentTrainer(_cfg("data.task=mine", "data.test_split=train", "data.reward=math"))

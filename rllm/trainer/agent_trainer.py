@@ -107,9 +107,9 @@ class AgentTrainer:
         if train_tasks is None or test_tasks is None:
             datasets = DatasetRegistry()
             if train_tasks is None:
-                train_tasks = datasets.load(d.task, d.train_split, limit=d.train_size, seed=seed)
+                train_tasks = datasets.load(d.task, d.train_split, limit=d.train_size, seed=seed, reward=d.reward)
             if test_tasks is None:
-                test_tasks = datasets.load(d.task, d.test_split, limit=d.test_size, seed=seed)
+                test_tasks = datasets.load(d.task, d.test_split, limit=d.test_size, seed=seed, reward=d.reward)
         self.train_tasks, self.test_tasks = train_tasks, test_tasks
         if not self.train_tasks:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
@@ -200,6 +200,8 @@ class AgentTrainer:
             "eval/accuracy": float(np.mean(correct)),
             "eval/reward": float(np.mean([e.reward or 0.0 for e in episodes])),
             "eval/n": float(len(episodes)),
+            # A failed held-out episode (its flow or reward raised, or it timed out) counts as wrong above.
+            "eval/failed": float(sum(e.failed for e in episodes)),
             "eval/response_len": float(np.mean([len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps] or [0])),
             "eval/time_s": time.perf_counter() - t0,
         }

@@ -97,6 +97,7 @@ def test_training_goes_on_when_a_reward_raises_and_counts_the_failed_episodes(
         assert (r["episodes"], r["episodes/failed"], r["filter/failed_dropped"]) == (12.0, 4.0, 4.0)
         assert r["termination/error"] == 4 / 12
     assert result.eval_history[-1]["eval/n"] == 3.0  # the held-out eval ran on all three, the bad one too
+    assert result.eval_history[-1]["eval/failed"] == 1.0  # and counted the one whose reward raised
 
     reader = StoreReader(os.environ["RLLM_STORE"])
     [run] = reader.runs()
