@@ -3,6 +3,7 @@
     from rllm.rewards.code import code_reward, make_code_reward
     result = code_reward(task, response)    # reward: the fraction of tests passed
     strict = make_code_reward(timeout_s=10, memory_mb=1024, max_parallel=4)
+    numeric = make_code_reward(packages=("numpy",))   # the programs may import numpy too
 
 ``task["ground_truth"]`` (a dict, or the same dict as a JSON string) is
 ``{"tests": [TEST, ...], "entry_point": "fn_name" or None}``, each TEST one of:
@@ -61,7 +62,12 @@ _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 
 def make_code_reward(
-    *, timeout_s: float = 6.0, memory_mb: int = 512, max_parallel: int | None = None, isolation: str = "auto"
+    *,
+    timeout_s: float = 6.0,
+    memory_mb: int = 512,
+    max_parallel: int | None = None,
+    isolation: str = "auto",
+    packages: tuple[str, ...] = (),
 ) -> RewardFn:
     """A code reward whose tests each get ``timeout_s`` of wall time and ``memory_mb`` of address space per
     process. At most ``max_parallel`` tests run at once (default: the CPU count, at most 4) over all the
@@ -70,9 +76,14 @@ def make_code_reward(
 
     Refuses here, not mid-run, with ``SandboxUnavailable`` when ``isolation`` does not work on this
     machine: ``auto`` is bubblewrap, which hides the project and its answers; a weaker one (``none``,
-    ``unshare``: the host's filesystem is readable) must be asked for by name or ``$RLLM_SANDBOX_ISOLATION``."""
-    settings = _Settings.of(timeout_s, memory_mb, max_parallel, isolation)
-    sandbox.protections(isolation)  # blocks once per isolation while it probes; raises if it cannot run
+    ``unshare``: the host's filesystem is readable) must be asked for by name or ``$RLLM_SANDBOX_ISOLATION``.
+
+    ``packages`` are the top-level packages the programs (and assert tests) may import besides the standard
+    library, e.g. ``("numpy",)``: each is named, dependencies are not followed, and one that cannot be let
+    in (``rllm``, not installed, an editable install into a project) raises ``PackageNotAllowed`` here."""
+    settings = _Settings.of(timeout_s, memory_mb, max_parallel, isolation, packages)
+    # Blocks once per isolation while it probes; raises if it cannot run or a package is refused.
+    sandbox.protections(isolation, packages=settings.packages)
 
     def reward(task: dict[str, Any], response: str) -> RewardResult:
         return sandbox.run_blocking(_grade(task, response, settings))
@@ -81,12 +92,19 @@ def make_code_reward(
 
 
 async def acode_reward(
-    task: dict[str, Any], response: str, *, timeout_s: float = 6.0, memory_mb: int = 512,
-    max_parallel: int | None = None, isolation: str = "auto",
+    task: dict[str, Any],
+    response: str,
+    *,
+    timeout_s: float = 6.0,
+    memory_mb: int = 512,
+    max_parallel: int | None = None,
+    isolation: str = "auto",
+    packages: tuple[str, ...] = (),
 ) -> RewardResult:
     """``make_code_reward(...)(task, response)`` for asyncio code: the event loop runs on meanwhile.
     ``max_parallel`` bounds the tests of this one call."""
-    return await _grade(task, response, _Settings.of(timeout_s, memory_mb, max_parallel, isolation))
+    settings = _Settings.of(timeout_s, memory_mb, max_parallel, isolation, packages)
+    return await _grade(task, response, settings)
 
 
 def extract_program(response: str) -> str | None:
@@ -112,14 +130,22 @@ class _Settings:
     timeout_s: float
     memory_mb: int
     isolation: str
+    packages: tuple[str, ...]
     slots: threading.BoundedSemaphore  # shared by every call that uses these settings, in any thread
 
     @classmethod
-    def of(cls, timeout_s: float, memory_mb: int, max_parallel: int | None, isolation: str) -> _Settings:
+    def of(
+        cls,
+        timeout_s: float,
+        memory_mb: int,
+        max_parallel: int | None,
+        isolation: str,
+        packages: tuple[str, ...],
+    ) -> _Settings:
         if max_parallel is not None and max_parallel < 1:
             raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
         slots = threading.BoundedSemaphore(max_parallel or min(4, os.cpu_count() or 1))
-        return cls(timeout_s, memory_mb, isolation, slots)
+        return cls(timeout_s, memory_mb, isolation, packages, slots)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -133,8 +159,13 @@ class _Settings:
             self.slots.release()
 
     def sandbox_kwargs(self, timeout_s: float | None = None) -> dict[str, Any]:
-        return {"timeout_s": timeout_s or self.timeout_s, "memory_mb": self.memory_mb,
-                "max_processes": _MAX_PROCESSES, "isolation": self.isolation}
+        return {
+            "timeout_s": timeout_s or self.timeout_s,
+            "memory_mb": self.memory_mb,
+            "max_processes": _MAX_PROCESSES,
+            "isolation": self.isolation,
+            "packages": self.packages,
+        }
 
 
 async def _grade(task: dict[str, Any], response: str, settings: _Settings) -> RewardResult:
@@ -152,23 +183,36 @@ async def _grade(task: dict[str, Any], response: str, settings: _Settings) -> Re
 
         records = list(await asyncio.gather(*(run(test) for test in tests)))
     passed = sum(record["passed"] for record in records)
-    protections = await asyncio.to_thread(sandbox.protections, settings.isolation, **{
-        k: v for k, v in settings.sandbox_kwargs().items() if k != "isolation"})
-    info = {"passed": passed, "total": len(records), "program_found": program is not None,
-            "tests": records, "isolation": protections["isolation"], "protections": protections}
+    protections = await asyncio.to_thread(
+        sandbox.protections,
+        settings.isolation,
+        **{k: v for k, v in settings.sandbox_kwargs().items() if k != "isolation"},
+    )
+    info = {
+        "passed": passed,
+        "total": len(records),
+        "program_found": program is not None,
+        "tests": records,
+        "isolation": protections["isolation"],
+        "protections": protections,
+    }
     # Which isolation graded this episode, as a step metric (the mean over a step: the share under it).
     metrics = {f"reward/code/isolation/{protections['isolation']}": 1.0}
-    return RewardResult(reward=passed / len(records), is_correct=passed == len(records), info=info,
-                        metrics=metrics)
+    return RewardResult(
+        reward=passed / len(records), is_correct=passed == len(records), info=info, metrics=metrics
+    )
 
 
 async def _stdio(
     program: str, test: dict[str, Any], entry_point: str | None, settings: _Settings
 ) -> dict[str, Any]:
     expected = test["output"]
-    result = await arun_python(program, stdin=test["input"],
-                               max_output_bytes=max(_STDOUT_CAP, 2 * len(expected.encode()) + 4096),
-                               **settings.sandbox_kwargs())
+    result = await arun_python(
+        program,
+        stdin=test["input"],
+        max_output_bytes=max(_STDOUT_CAP, 2 * len(expected.encode()) + 4096),
+        **settings.sandbox_kwargs(),
+    )
     passed = result.ok and _normalize_output(result.stdout) == _normalize_output(expected)
     error = None if passed else _failure(result) or "wrong_answer"
     return _record(test, passed, error, result)
@@ -178,11 +222,21 @@ async def _call(
     program: str, test: dict[str, Any], entry_point: str | None, settings: _Settings
 ) -> dict[str, Any]:
     assert entry_point is not None  # checked by _parse_ground_truth
-    request = harness.dump_line({"call": entry_point, "args": harness.encode(test["args"]),
-                                 "kwargs": harness.encode(test.get("kwargs", {}))})
-    result = await arun_python(_HARNESS, stdin=request.decode(), files={"solution.py": program},
-                               args=["serve", "solution.py", entry_point, "0", "1"],
-                               max_output_bytes=_REPLY_CAP, **settings.sandbox_kwargs())
+    request = harness.dump_line(
+        {
+            "call": entry_point,
+            "args": harness.encode(test["args"]),
+            "kwargs": harness.encode(test.get("kwargs", {})),
+        }
+    )
+    result = await arun_python(
+        _HARNESS,
+        stdin=request.decode(),
+        files={"solution.py": program},
+        args=["serve", "solution.py", entry_point, "0", "1"],
+        max_output_bytes=_REPLY_CAP,
+        **settings.sandbox_kwargs(),
+    )
     if result.timed_out or result.killed_reason == "cpu_time":
         return _record(test, False, "timeout", result)
     try:
@@ -213,18 +267,25 @@ async def _assert(
         started = True  # from here arun_python owns (and closes) its pipe ends
         # It outlives the checker by a second, so a slow program shows up as the checker's timeout.
         return await arun_python(
-            _HARNESS, files={"solution.py": program}, args=["serve", "solution.py", entry, str(request_r),
-                                                            str(reply_w)],
-            pass_fds=(request_r, reply_w), max_output_bytes=_STDOUT_CAP,
-            **settings.sandbox_kwargs(settings.timeout_s + 1))
+            _HARNESS,
+            files={"solution.py": program},
+            args=["serve", "solution.py", entry, str(request_r), str(reply_w)],
+            pass_fds=(request_r, reply_w),
+            max_output_bytes=_STDOUT_CAP,
+            **settings.sandbox_kwargs(settings.timeout_s + 1),
+        )
 
     candidate = asyncio.ensure_future(serve())
     verdict: dict[str, Any] = {}
     try:
         checker = await arun_python(
-            _HARNESS, files={"test.py": test["code"]},
+            _HARNESS,
+            files={"test.py": test["code"]},
             args=["check", "test.py", entry, str(request_w), str(reply_r)],
-            pass_fds=(request_w, reply_r), max_output_bytes=_STDOUT_CAP, **settings.sandbox_kwargs())
+            pass_fds=(request_w, reply_r),
+            max_output_bytes=_STDOUT_CAP,
+            **settings.sandbox_kwargs(),
+        )
         with contextlib.suppress(ValueError, IndexError):
             verdict = json.loads(checker.stdout.strip().splitlines()[-1])
         if type(verdict) is not dict:
@@ -253,7 +314,9 @@ async def _assert(
 
 
 _RUNNERS: dict[str, Callable[[str, dict[str, Any], str | None, _Settings], Awaitable[dict[str, Any]]]] = {
-    "stdio": _stdio, "call": _call, "assert": _assert,
+    "stdio": _stdio,
+    "call": _call,
+    "assert": _assert,
 }
 
 
@@ -276,8 +339,13 @@ def _failure(result: SandboxResult) -> str | None:
     return None
 
 
-def _record(test: dict[str, Any], passed: bool, error: str | None, result: SandboxResult | None = None,
-            message: str = "") -> dict[str, Any]:
+def _record(
+    test: dict[str, Any],
+    passed: bool,
+    error: str | None,
+    result: SandboxResult | None = None,
+    message: str = "",
+) -> dict[str, Any]:
     """One test's entry in ``info["tests"]``, short enough to log for every rollout. ``stdout`` only for stdio
     tests: in call and assert tests the harness sends what the program prints to ``stderr``."""
     record: dict[str, Any] = {"type": test["type"], "passed": passed, "error": error}
@@ -346,8 +414,10 @@ def _parse_ground_truth(task: dict[str, Any]) -> tuple[list[dict[str, Any]], str
     task_id = task.get("task_id", "?")
 
     def malformed(why: str) -> ValueError:
-        return ValueError(f"task {task_id!r}: ground_truth {why} (expected "
-                          '{"tests": [...], "entry_point": name or None}; see rllm.rewards.code)')
+        return ValueError(
+            f"task {task_id!r}: ground_truth {why} (expected "
+            '{"tests": [...], "entry_point": name or None}; see rllm.rewards.code)'
+        )
 
     truth = task.get("ground_truth")
     if isinstance(truth, str):
@@ -369,8 +439,11 @@ def _parse_ground_truth(task: dict[str, Any]) -> tuple[list[dict[str, Any]], str
         elif kind == "call":
             if entry_point is None:
                 raise malformed(f"has a call test (tests[{i}]) but no entry_point")
-            ok = (isinstance(test.get("args"), list) and isinstance(test.get("kwargs", {}), dict)
-                  and "expected" in test)
+            ok = (
+                isinstance(test.get("args"), list)
+                and isinstance(test.get("kwargs", {}), dict)
+                and "expected" in test
+            )
         elif kind == "assert":
             ok = isinstance(test.get("code"), str)
         else:

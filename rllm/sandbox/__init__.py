@@ -7,7 +7,8 @@ call for blocking code. Each run executes ``code`` as ``main.py`` and returns a 
 
 Every run, whatever the machine, has:
 
-- a fresh interpreter, ``python -I -S``: no ``PYTHON*`` variables, no site-packages (standard library only);
+- a fresh interpreter, ``python -I -S``: no ``PYTHON*`` variables, no site-packages: the standard library,
+  plus only the ``packages`` the caller names (below);
 - a fresh temporary directory as working directory, ``HOME`` and ``TMPDIR``, removed afterwards, and an
   environment of only ``PATH``, ``LANG``, ``HOME`` and ``TMPDIR``: no inherited secrets;
 - limits applied before the code starts: address space (``memory_mb``, per process), CPU seconds, size of a
@@ -30,10 +31,20 @@ or ``$RLLM_SANDBOX_ISOLATION=none``); it never falls back silently.
 - ``none``, only when named: the limits and a process group; a child that calls ``setsid()`` outlives the
   timeout unless a leased uid (root) lets every process of that uid be killed.
 
+``packages=("numpy",)`` lets named top-level packages in: each is found in this (the host) interpreter
+without importing it, and must be a regular install in a site-packages directory; ``rllm``, a name not
+installed, a standard-library module, or an editable install / ``sys.path`` entry into a project is refused
+with ``PackageNotAllowed`` (one line). Under bwrap only the package's directory and its wheel's companions
+(``numpy.libs``, its ``.dist-info``) are bound, read-only, at ``/opt/rllm-sandbox-site``, which the program's
+``sys.path`` ends with; the rest of site-packages stays hidden. Dependencies are NOT followed: a package that
+imports another needs both named. Under ``unshare`` and ``none`` the packages come from the host's
+site-packages as they are (that directory goes on ``sys.path``, every other package in it with it).
+
 docs/rewards.md has the full table and what is NOT protected.
 
 Inside: ``_types`` (the result, the limits), ``_isolation`` (finding the tool, the protections report),
-``_bwrap`` (its command line), ``_uids`` (the leased uids), ``_run`` (one run, start to result).
+``_bwrap`` (its command line), ``_packages`` (the allowed packages), ``_uids`` (the leased uids), ``_run``
+(one run, start to result).
 """
 
 from __future__ import annotations
@@ -42,11 +53,13 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from rllm.sandbox._isolation import ISOLATIONS, cached_plan, plan_for
+from rllm.sandbox._packages import PackageNotAllowed, cached_packages, normalize, resolve_packages
 from rllm.sandbox._run import Workdir, close_all, execute, run_blocking
 from rllm.sandbox._types import Limits, SandboxResult, SandboxUnavailable
 
 __all__ = [
     "ISOLATIONS",
+    "PackageNotAllowed",
     "SandboxResult",
     "SandboxUnavailable",
     "arun_python",
@@ -68,6 +81,7 @@ async def arun_python(
     args: Sequence[str] = (),
     pass_fds: Sequence[int] = (),
     isolation: str = "auto",
+    packages: Sequence[str] = (),
 ) -> SandboxResult:
     """Run ``code`` as a script in a fresh sandboxed interpreter; the event loop runs on meanwhile.
 
@@ -76,18 +90,24 @@ async def arun_python(
     included, where the sandbox can enforce it (see ``protections()``). ``pass_fds`` are open file
     descriptors the program inherits under the same numbers (pipes to another run): this call takes them
     over and closes them here once the program has started, so the program holds the only copies.
+    ``packages`` are the top-level packages it may import besides the standard library, each named
+    (dependencies are not followed); ``PackageNotAllowed`` for one that cannot be let in (see above).
     """
     if any(fd < 3 for fd in pass_fds):  # checked before anything is closed: these are ours, not the caller's
         raise ValueError(f"pass_fds must be above 2 (0-2 are the program's stdio), got {list(pass_fds)}")
     try:
         limits = Limits(timeout_s, memory_mb, max_processes, max_output_bytes)
         plan = cached_plan(isolation) or await asyncio.to_thread(plan_for, isolation)  # the first call probes
+        names = normalize(packages)
+        allowed = cached_packages(names)
+        if allowed is None:  # the first call per tuple of names reads the distributions' records
+            allowed = await asyncio.to_thread(resolve_packages, names)
         workdir = Workdir(code, dict(files or {}), stdin)
     except BaseException:
         close_all(pass_fds)
         raise
     try:
-        return await execute(plan, workdir, limits, list(args), tuple(pass_fds))
+        return await execute(plan, workdir, limits, list(args), tuple(pass_fds), allowed)
     finally:
         await asyncio.to_thread(workdir.close)
 
@@ -104,12 +124,22 @@ def run_python(
     args: Sequence[str] = (),
     pass_fds: Sequence[int] = (),
     isolation: str = "auto",
+    packages: Sequence[str] = (),
 ) -> SandboxResult:
     """``arun_python`` for blocking code: blocks until the program ends or is killed."""
     return run_blocking(
         arun_python(
-            code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
-            max_output_bytes=max_output_bytes, files=files, args=args, pass_fds=pass_fds, isolation=isolation,
+            code,
+            stdin=stdin,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_processes=max_processes,
+            max_output_bytes=max_output_bytes,
+            files=files,
+            args=args,
+            pass_fds=pass_fds,
+            isolation=isolation,
+            packages=packages,
         )
     )
 
@@ -121,7 +151,11 @@ def protections(
     memory_mb: int = 512,
     max_processes: int = 16,
     max_output_bytes: int = 64_000,
+    packages: Sequence[str] = (),
 ) -> dict[str, str]:
-    """What a run with these limits is protected by here, one line per protection (blocks: the first call
-    tries the tools). Raises ``SandboxUnavailable`` when ``isolation`` names a tool that does not work."""
-    return plan_for(isolation).describe(Limits(timeout_s, memory_mb, max_processes, max_output_bytes))
+    """What a run with these limits and ``packages`` is protected by here, one line per protection (blocks:
+    the first call tries the tools). Raises ``SandboxUnavailable`` when ``isolation`` names a tool that does
+    not work, ``PackageNotAllowed`` when a package cannot be let in."""
+    plan = plan_for(isolation)
+    allowed = resolve_packages(normalize(packages))
+    return plan.describe(Limits(timeout_s, memory_mb, max_processes, max_output_bytes), allowed)

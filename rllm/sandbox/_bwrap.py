@@ -44,7 +44,9 @@ _SECRET_ENV = (
 )
 
 
-def bwrap_args(workdir: Workdir, limits: Limits, drop_uid: bool) -> list[str]:
+def bwrap_args(workdir: Workdir, limits: Limits, drop_uid: bool, binds: list[str]) -> list[str]:
+    """The command line up to the program: namespaces, environment, the allow-list, then ``binds`` (the
+    allowed packages' read-only binds), /dev, /proc, /dev/shm and the work dir."""
     args = [
         "bwrap",
         "--die-with-parent",
@@ -67,6 +69,7 @@ def bwrap_args(workdir: Workdir, limits: Limits, drop_uid: bool) -> list[str]:
     for key, value in workdir.env().items():
         args += ["--setenv", key, value]
     args += filesystem_args()
+    args += binds
     args += ["--dev", "/dev", "--proc", "/proc"]
     args += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm"]
     args += [

@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass
 
 from rllm.sandbox._bwrap import allowed_dirs, bwrap_args, masked_dirs
+from rllm.sandbox._packages import SITE_DIR, Package, bind_args, search_path
+from rllm.sandbox._packages import describe as describe_packages
 from rllm.sandbox._run import Workdir, execute, run_blocking
 from rllm.sandbox._types import SCRIPT_NAME, SHM_BYTES, Limits, MiB, SandboxUnavailable
 from rllm.sandbox._uids import UID_BASE
@@ -50,6 +52,23 @@ while True:
         os._exit(0)
 """
 
+# With allowed packages the program runs through this bootstrap (``python -I -S -c``; -I ignores
+# PYTHONPATH and -S reads no .pth file): it appends the packages' directories to sys.path, keeps a BLAS
+# from starting a thread per core against ``max_processes`` and ``memory_mb``, then runs main.py as a script
+# would run, in ``__main__``, its tracebacks without this frame.
+_BOOTSTRAP = """\
+import os, sys
+sys.path.extend(sys.argv[1].split(os.pathsep))
+del sys.argv[:2]
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+__file__, __cached__ = os.path.abspath(sys.argv[0]), None
+sys.excepthook = lambda kind, value, tb, hook=sys.excepthook: hook(
+    kind, value.with_traceback(tb and tb.tb_next), tb and tb.tb_next)
+del os, sys, _name
+exec(compile(open(__file__, "rb").read(), __file__, "exec", dont_inherit=True))
+"""
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -72,10 +91,17 @@ class Plan:
         return None
 
     def argv(
-        self, workdir: Workdir, limits: Limits, uid: int | None, report_fd: int, args: list[str]
+        self,
+        workdir: Workdir,
+        limits: Limits,
+        uid: int | None,
+        report_fd: int,
+        args: list[str],
+        packages: tuple[Package, ...] = (),
     ) -> list[str]:
-        if self.tool == "bwrap":
-            prefix = bwrap_args(workdir, limits, self.drop_uid)
+        bound = self.tool == "bwrap"
+        if bound:
+            prefix = bwrap_args(workdir, limits, self.drop_uid, bind_args(packages))
         elif self.tool == "unshare":
             prefix = ["unshare", "--ipc", "--net", "--pid", "--uts", "--fork", "--kill-child", "--mount-proc"]
             if os.geteuid() != 0:
@@ -83,11 +109,21 @@ class Plan:
             prefix.append("--")
         else:
             prefix = []
-        launcher = ["-I", "-S", "-c", _LAUNCHER, limits.rlimits(self.nproc(limits)),
-                    str(-1 if uid is None else uid), str(report_fd)]
-        return [*prefix, os.path.realpath(sys.executable), *launcher, SCRIPT_NAME, *args]
+        launcher = [
+            "-I",
+            "-S",
+            "-c",
+            _LAUNCHER,
+            limits.rlimits(self.nproc(limits)),
+            str(-1 if uid is None else uid),
+            str(report_fd),
+        ]
+        program = [SCRIPT_NAME, *args]
+        if packages:
+            program = ["-c", _BOOTSTRAP, os.pathsep.join(search_path(packages, bound)), *program]
+        return [*prefix, os.path.realpath(sys.executable), *launcher, *program]
 
-    def describe(self, limits: Limits) -> dict[str, str]:
+    def describe(self, limits: Limits, packages: tuple[Package, ...] = ()) -> dict[str, str]:
         root = os.geteuid() == 0
         namespaced = self.tool != "none"
         if self.drop_uid:
@@ -102,13 +138,16 @@ class Plan:
             masks = ", ".join(masked_dirs()) or "none needed"
             filesystem = (
                 f"allow-list, read-only: {', '.join(allowed_dirs())} and the linker's /etc files, "
-                f"site-packages and secret dirs inside them masked ({masks}); nothing else of the host "
+                f"site-packages and secret dirs inside them masked ({masks})"
+                f"{f', the allowed packages alone bound at {SITE_DIR}' if packages else ''}; nothing else of the host "
                 f"(no project, venv, HOME, caches, datasets, runs, /tmp); writable: the work dir "
                 f"({limits.workdir_bytes // MiB} MiB tmpfs) and /dev/shm ({SHM_BYTES // MiB} MiB)"
             )
         else:
-            filesystem = ("the host's, ALL readable by the code's uid (see user): the project, its datasets "
-                          "and the expected answers included")
+            filesystem = (
+                "the host's, ALL readable by the code's uid (see user): the project, its datasets "
+                "and the expected answers included"
+            )
         nproc = self.nproc(limits)
         if nproc is not None:
             process_count = f"RLIMIT_NPROC {nproc} (processes and threads)"
@@ -121,8 +160,10 @@ class Plan:
         elif self.drop_uid:
             tree = "process group, then every process of the leased uid (setsid children included)"
         else:
-            tree = ("process group only: a child that calls setsid() leaves it and OUTLIVES the timeout "
-                    "(nothing else can find it; use bwrap)")
+            tree = (
+                "process group only: a child that calls setsid() leaves it and OUTLIVES the timeout "
+                "(nothing else can find it; use bwrap)"
+            )
         network = "none: own network namespace, loopback only" if namespaced else "the host's (NOT isolated)"
         return {
             "isolation": self.tool,
@@ -131,7 +172,9 @@ class Plan:
             "network": network,
             "process_tree": tree,
             "process_count": process_count,
-            "environment": "cleared: only PATH, LANG, HOME and TMPDIR (the work dir)",
+            "packages": describe_packages(packages, self.tool == "bwrap"),
+            "environment": "cleared: only PATH, LANG, HOME and TMPDIR (the work dir)"
+            + ("; OMP, OPENBLAS and MKL_NUM_THREADS=1 (set before the program)" if packages else ""),
             "memory": f"RLIMIT_AS {limits.memory_mb} MiB per process",
             "cpu_time": f"RLIMIT_CPU {limits.cpu_s} s per process",
             "wall_time": f"{limits.timeout_s:g} s, then the whole process tree is killed",

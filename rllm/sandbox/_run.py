@@ -20,6 +20,7 @@ from rllm.sandbox._uids import UidLease
 
 if TYPE_CHECKING:
     from rllm.sandbox._isolation import Plan
+    from rllm.sandbox._packages import Package
 
 _T = TypeVar("_T")
 
@@ -73,9 +74,15 @@ class Workdir:
 
 
 async def execute(
-    plan: Plan, workdir: Workdir, limits: Limits, args: list[str], pass_fds: tuple[int, ...]
+    plan: Plan,
+    workdir: Workdir,
+    limits: Limits,
+    args: list[str],
+    pass_fds: tuple[int, ...],
+    packages: tuple[Package, ...] = (),
 ) -> SandboxResult:
-    """Run ``workdir``'s ``main.py`` under ``plan`` to its end or its timeout; ``pass_fds`` are closed here."""
+    """Run ``workdir``'s ``main.py`` under ``plan`` to its end or its timeout, ``packages`` importable;
+    ``pass_fds`` are closed here."""
     start = time.perf_counter()
     report_r, report_w = os.pipe()
     os.set_blocking(report_r, False)
@@ -88,10 +95,14 @@ async def execute(
             # Popen, not asyncio's subprocess: its fork/exec blocks as briefly, and owning the wait lets
             # the group be killed before the leader is reaped.
             proc = subprocess.Popen(  # noqa: ASYNC220
-                plan.argv(workdir, limits, None if lease is None else lease.uid, report_w, args),
+                plan.argv(workdir, limits, None if lease is None else lease.uid, report_w, args, packages),
                 stdin=workdir.stdin if workdir.stdin is not None else subprocess.DEVNULL,
-                stdout=workdir.stdout, stderr=workdir.stderr, cwd=workdir.path,
-                env=workdir.env(), start_new_session=True, pass_fds=(report_w, *pass_fds),
+                stdout=workdir.stdout,
+                stderr=workdir.stderr,
+                cwd=workdir.path,
+                env=workdir.env(),
+                start_new_session=True,
+                pass_fds=(report_w, *pass_fds),
             )
         finally:
             close_all((report_w, *pass_fds))
@@ -121,10 +132,15 @@ async def execute(
     # sees is the same in every run.
     stderr = stderr.replace(f'File "{workdir.path}{os.sep}', 'File "')
     return SandboxResult(
-        stdout=stdout, stderr=stderr, exit_code=exit_code, timed_out=timed_out,
-        memory_exceeded=exit_code != 0 and "MemoryError" in stderr, duration_s=time.perf_counter() - start,
-        cpu_s=cpu_s, killed_reason=_killed_reason(exit_code, timed_out, cpu_s, limits),
-        protections=plan.describe(limits),
+        stdout=stdout,
+        stderr=stderr,
+        exit_code=exit_code,
+        timed_out=timed_out,
+        memory_exceeded=exit_code != 0 and "MemoryError" in stderr,
+        duration_s=time.perf_counter() - start,
+        cpu_s=cpu_s,
+        killed_reason=_killed_reason(exit_code, timed_out, cpu_s, limits),
+        protections=plan.describe(limits, packages),
     )
 
 

@@ -151,27 +151,41 @@ _PYTHON_TOOL_SLACK_S = 5.0
 
 
 def make_python_tool(
-    timeout_s: float = 5.0, memory_mb: int = 512, *, name: str = "python", isolation: str = "auto"
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    *,
+    name: str = "python",
+    isolation: str = "auto",
+    packages: tuple[str, ...] = (),
 ) -> Tool:
     """A tool that runs a model's Python code in ``rllm.sandbox`` and returns what it printed.
 
     The result is stdout, then stderr, then a line for a non-zero exit code or a timeout: the model
-    reads every failure as text (the process is killed at ``timeout_s``), nothing is raised. Only the
-    standard library is importable (see ``rllm.sandbox``). Making the tool checks the sandbox: without
-    real isolation (``auto`` is bubblewrap) it raises ``SandboxUnavailable`` here, before any episode;
-    ``isolation="none"`` runs the code with the host's filesystem, knowingly.
+    reads every failure as text (the process is killed at ``timeout_s``), nothing is raised. The standard
+    library is importable, and the top-level ``packages`` named (e.g. ``("numpy",)``; dependencies are not
+    followed: name each; see ``rllm.sandbox``); the tool's description tells the model which. Making the
+    tool checks the sandbox: without real isolation (``auto`` is bubblewrap) it raises
+    ``SandboxUnavailable`` here, before any episode, and ``PackageNotAllowed`` for a package that cannot be
+    let in (``rllm``, not installed, an editable install); ``isolation="none"`` runs the code with the
+    host's filesystem, knowingly.
     """
-    protections(isolation)  # blocks once per isolation while it probes; raises if it cannot run
+    # Blocks once per isolation while it probes; raises if it cannot run or a package is refused.
+    protections(isolation, packages=packages)
+    available = "Only the standard library is available."
+    if packages:
+        available = (
+            f"The standard library and these packages are available: {', '.join(sorted(set(packages)))}."
+        )
 
     async def python(code: str) -> str:
-        """Run a Python script and return its output. Only the standard library is available.
-
-        Use print() to see values: the script runs as a file, not in an interactive shell.
+        """Run a Python script and return its output.
 
         Args:
             code: The Python code to run.
         """
-        result = await arun_python(code, timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation)
+        result = await arun_python(
+            code, timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation, packages=packages
+        )
         parts = [text.rstrip("\n") for text in (result.stdout, result.stderr) if text.strip()]
         if result.timed_out:
             parts.append(f"Timed out after {timeout_s:g}s (the process was killed).")
@@ -181,7 +195,13 @@ def make_python_tool(
             parts.append(f"Exit code {result.exit_code}.")
         return "\n".join(parts) if parts else "(no output)"
 
-    return Tool.from_function(python, name=name, timeout_s=timeout_s + _PYTHON_TOOL_SLACK_S)
+    description = (
+        f"Run a Python script and return its output. {available}\n\n"
+        "Use print() to see values: the script runs as a file, not in an interactive shell."
+    )
+    return Tool.from_function(
+        python, name=name, description=description, timeout_s=timeout_s + _PYTHON_TOOL_SLACK_S
+    )
 
 
 # --- search -----------------------------------------------------------------------------------------

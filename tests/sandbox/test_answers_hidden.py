@@ -3,6 +3,8 @@ trace stores, HOME or other processes' environments, nor find expected outputs b
 
 Each test plants what it looks for (a token in a dataset file, a store, the repository, HOME) or names a
 real file of the project, then runs a program that tries its hardest to read it, and asserts it could not.
+Each runs twice: with the standard library only, and with numpy allowed (``packages``), whose binds into the
+sandbox lie inside the venv, inside the repository, and must open no way to the rest of either.
 """
 
 from __future__ import annotations
@@ -31,8 +33,16 @@ CODE_PROBLEMS = REPO / "rllm" / "data" / "code_problems.py"
 
 
 @functools.cache
-def _reward():  # built on first use: without bubblewrap building it refuses, and the fixture skips first
-    return make_code_reward(timeout_s=10.0, memory_mb=256, max_parallel=2)
+def _reward(
+    packages: tuple[str, ...],
+):  # built on first use: without bubblewrap it refuses, the fixture skips
+    return make_code_reward(timeout_s=10.0, memory_mb=256, max_parallel=2, packages=packages)
+
+
+@pytest.fixture(params=[(), ("numpy",)], ids=["stdlib", "numpy-allowed"])
+def packages(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The packages every escape's sandbox allows: none, then numpy (installed in the project's venv)."""
+    return request.param
 
 
 def _try_read(paths: list[str]) -> str:
@@ -74,7 +84,7 @@ def planted() -> Iterator[tuple[str, Path]]:
         home_file.unlink(missing_ok=True)
 
 
-def test_the_code_problems_module_and_its_tests_are_unreadable() -> None:
+def test_the_code_problems_module_and_its_tests_are_unreadable(packages: tuple[str, ...]) -> None:
     targets = [
         str(CODE_PROBLEMS),
         str(REPO / "tests" / "data" / "test_code_problems.py"),
@@ -82,25 +92,25 @@ def test_the_code_problems_module_and_its_tests_are_unreadable() -> None:
         str(REPO / "pyproject.toml"),
     ]
     assert all(os.path.exists(p) for p in targets)  # they are there on the host
-    result = run_python(_try_read(targets))
+    result = run_python(_try_read(targets), packages=packages)
     assert result.ok, result.stderr
     assert [line.split()[0] for line in result.stdout.splitlines()] == ["refused"] * len(targets), (
         result.stdout
     )
 
 
-def test_importing_the_project_from_its_path_fails() -> None:
+def test_importing_the_project_from_its_path_fails(packages: tuple[str, ...]) -> None:
     code = (
         "import sys\n"
         f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / '.venv' / 'lib')!r}]\n"
         "try:\n    import rllm.data.code_problems as p\n    print('imported', len(p.PROBLEMS))\n"
         "except ImportError as e:\n    print('no rllm', type(e).__name__)\n"
     )
-    result = run_python(code)
+    result = run_python(code, packages=packages)
     assert result.stdout.startswith("no rllm"), result.stdout + result.stderr
 
 
-def test_the_repository_the_venv_and_home_cannot_be_listed() -> None:
+def test_the_repository_the_venv_and_home_cannot_be_listed(packages: tuple[str, ...]) -> None:
     home = str(Path.home())
     targets = [
         str(REPO),
@@ -111,7 +121,7 @@ def test_the_repository_the_venv_and_home_cannot_be_listed() -> None:
         str(Path(home) / ".cache"),
         str(REPO / "runs"),
     ]
-    result = run_python(_try_read(targets))
+    result = run_python(_try_read(targets), packages=packages)
     for line in result.stdout.splitlines():
         verdict, path, *rest = line.split(maxsplit=2)
         # HOME may exist inside only as the path down to the interpreter (pyenv): nothing else of it.
@@ -121,16 +131,18 @@ def test_the_repository_the_venv_and_home_cannot_be_listed() -> None:
         assert verdict == "refused", line
 
 
-def test_a_registered_dataset_and_the_run_store_are_unreadable(planted: tuple[str, Path]) -> None:
+def test_a_registered_dataset_and_the_run_store_are_unreadable(
+    planted: tuple[str, Path], packages: tuple[str, ...]
+) -> None:
     token, where = planted
     files = [str(p) for p in where.rglob("*") if p.is_file()]
     assert any(f.endswith(".parquet") for f in files) and any(f.endswith("rllm.db") for f in files)
-    result = run_python(_try_read([str(where), *files]))
+    result = run_python(_try_read([str(where), *files]), packages=packages)
     assert token not in result.stdout and token not in result.stderr
     assert all(line.startswith("refused") for line in result.stdout.splitlines()), result.stdout
 
 
-def test_the_default_caches_and_stores_are_absent() -> None:
+def test_the_default_caches_and_stores_are_absent(packages: tuple[str, ...]) -> None:
     from rllm.models import cache_dir
     from rllm.store import default_store_path
 
@@ -141,11 +153,13 @@ def test_the_default_caches_and_stores_are_absent() -> None:
         str(Path.home() / ".cache" / "huggingface"),
         os.environ.get("RLLM_STORE", "/nonexistent"),
     ]
-    result = run_python(_try_read(targets))
+    result = run_python(_try_read(targets), packages=packages)
     assert all(line.startswith("refused") for line in result.stdout.splitlines()), result.stdout
 
 
-def test_proc_1_environ_and_every_visible_environ_hold_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_proc_1_environ_and_every_visible_environ_hold_no_secret(
+    monkeypatch: pytest.MonkeyPatch, packages: tuple[str, ...]
+) -> None:
     secret = f"sk-{uuid.uuid4().hex}"
     monkeypatch.setenv("RLLM_FAKE_TOKEN", secret)
     code = (
@@ -156,13 +170,15 @@ def test_proc_1_environ_and_every_visible_environ_hold_no_secret(monkeypatch: py
         "        try:\n            print(pid, name, open(f'/proc/{pid}/{name}', 'rb').read())\n"
         "        except OSError as e:\n            print(pid, name, type(e).__name__)\n"
     )
-    result = run_python(code)
+    result = run_python(code, packages=packages)
     assert result.ok, result.stderr
     assert secret not in result.stdout and "RLLM_FAKE_TOKEN" not in result.stdout
     assert "1 environ" in result.stdout
 
 
-def test_walking_the_filesystem_finds_no_expected_output(planted: tuple[str, Path]) -> None:
+def test_walking_the_filesystem_finds_no_expected_output(
+    planted: tuple[str, Path], packages: tuple[str, ...]
+) -> None:
     token, _ = planted
     prefix = os.path.realpath(os.sys.base_prefix)
     # Every name everywhere; the contents of every file outside the system and interpreter trees (those
@@ -191,7 +207,7 @@ def test_walking_the_filesystem_finds_no_expected_output(planted: tuple[str, Pat
         "            hits.append(os.path.join(top, name))\n"
         "print(names, read, hits)\n"
     )
-    result = run_python(code, timeout_s=60)
+    result = run_python(code, timeout_s=60, packages=packages)
     assert result.ok, result.stderr
     names, read, hits = result.stdout.split(maxsplit=2)
     assert int(names) > 1000 and int(read) >= 1  # it did walk the system tree and read files
@@ -199,7 +215,7 @@ def test_walking_the_filesystem_finds_no_expected_output(planted: tuple[str, Pat
     assert token not in result.stdout
 
 
-def test_a_code_problem_cannot_be_solved_by_reading_its_answers() -> None:
+def test_a_code_problem_cannot_be_solved_by_reading_its_answers(packages: tuple[str, ...]) -> None:
     """The reward hack the allow-list closes: read the built-in problem's tests from the project's source
     (by path, by import, from a dataset row) and return the expected value."""
     task = code_problem_tasks("test")[0]
@@ -227,7 +243,9 @@ def test_a_code_problem_cannot_be_solved_by_reading_its_answers() -> None:
         "                    return ast.literal_eval(call.keywords[0].value)\n"
         "    return None\n"
     )
-    result = _reward()(task, f"```python\n{program}\n```")
+    result = _reward(packages)(task, f"```python\n{program}\n```")
     assert result.info["passed"] == 0 and result.reward == 0.0, result.info["tests"]
     reference = task["metadata"]["reference_solution"]
-    assert _reward()(task, f"```python\n{reference}\n```").reward == 1.0  # the task itself is gradable
+    assert (
+        _reward(packages)(task, f"```python\n{reference}\n```").reward == 1.0
+    )  # the task itself is gradable
