@@ -63,6 +63,9 @@ def normalize(packages: Sequence[str]) -> tuple[str, ...]:
         raise TypeError(
             f"packages must be a sequence of names, e.g. ({packages!r},), not the string {packages!r}"
         )
+    for name in packages:
+        if not isinstance(name, str):
+            raise TypeError(f"packages must be names (str), got {name!r} ({type(name).__name__})")
     return tuple(sorted(set(packages)))
 
 
@@ -85,10 +88,10 @@ def resolve_packages(names: tuple[str, ...]) -> tuple[Package, ...]:
 def bind_args(packages: tuple[Package, ...]) -> list[str]:
     """bwrap arguments binding each package's paths read-only into ``SITE_DIR``."""
     args: list[str] = []
-    for package in packages:
-        for path in package.paths:
-            target = os.path.join(SITE_DIR, os.path.basename(path))
-            args += [*_parents(target), "--ro-bind", path, target]
+    paths = dict.fromkeys(path for package in packages for path in package.paths)  # a shared .dist-info once
+    for path in paths:
+        target = os.path.join(SITE_DIR, os.path.basename(path))
+        args += [*_parents(target), "--ro-bind", path, target]
     return args
 
 
@@ -122,8 +125,8 @@ def describe(packages: tuple[Package, ...], bound: bool) -> str:
 
 @functools.cache
 def _find(name: str) -> Package:
-    if not (isinstance(name, str) and name.isidentifier()):
-        top = name.split(".")[0] if isinstance(name, str) else ""
+    if not name.isidentifier():
+        top = name.split(".")[0]
         hint = f"; name the top-level package {top!r}" if top.isidentifier() else ""
         raise PackageNotAllowed(f"packages: {name!r} is not a top-level package name{hint}")
     if name == _FORBIDDEN:

@@ -236,3 +236,15 @@ def test_dependencies_are_not_followed_each_package_is_named() -> None:
     named = ("pydantic", "pydantic_core", "typing_extensions", "annotated_types", "typing_inspection")
     together = run_python(code, packages=named)
     assert together.ok and together.stdout == "3\n", together.stderr
+
+
+def test_two_packages_of_one_distribution_share_its_dist_info() -> None:
+    # setuptools installs setuptools and _distutils_hack, with one .dist-info; the venv has it (setup.sh).
+    if importlib.util.find_spec("_distutils_hack") is None:
+        pytest.skip("setuptools (with _distutils_hack) is not installed in this venv")
+    code = (
+        f"import json, os, _distutils_hack, setuptools\nprint(json.dumps(sorted(os.listdir({SITE_DIR!r}))))\n"
+    )
+    _, listed = _run_json(code, packages=("setuptools", "_distutils_hack"), timeout_s=20, memory_mb=1024)
+    version = importlib.metadata.version("setuptools")
+    assert listed == ["_distutils_hack", "setuptools", f"setuptools-{version}.dist-info"]
