@@ -110,6 +110,12 @@ def test_importing_the_project_from_its_path_fails(packages: tuple[str, ...]) ->
     assert result.stdout.startswith("no rllm"), result.stdout + result.stderr
 
 
+def _on_the_way_to(directory: str, inside: list[str]) -> set[str]:
+    """The names in ``directory`` that lead down to one of ``inside`` (the sandbox's own paths)."""
+    prefix = directory.rstrip("/") + "/"
+    return {p[len(prefix) :].split("/")[0] for p in inside if p.startswith(prefix)}
+
+
 def test_the_repository_the_venv_and_home_cannot_be_listed(packages: tuple[str, ...]) -> None:
     home = str(Path.home())
     targets = [
@@ -121,12 +127,20 @@ def test_the_repository_the_venv_and_home_cannot_be_listed(packages: tuple[str, 
         str(Path(home) / ".cache"),
         str(REPO / "runs"),
     ]
-    result = run_python(_try_read(targets), packages=packages)
-    for line in result.stdout.splitlines():
+    # The program also says where it runs (its work dir) and from which interpreter: a directory above
+    # those exists inside, holding only the way down to them (the repository may sit in /tmp, beside the
+    # sandbox's own work dir, as CI's clone can).
+    code = "import os, sys\nprint('own', os.getcwd(), sys.base_prefix)\n" + _try_read(targets)
+    result = run_python(code, packages=packages)
+    first, *lines = result.stdout.splitlines()
+    assert first.startswith("own "), result.stdout + result.stderr
+    own_paths = first.split()[1:]
+    assert lines, result.stdout + result.stderr
+    for line in lines:
         verdict, path, *rest = line.split(maxsplit=2)
-        # HOME may exist inside only as the path down to the interpreter (pyenv): nothing else of it.
-        if verdict == "read" and path == home:
-            assert all(name in (".pyenv", ".local") for name in json.loads(rest[0].replace("'", '"'))), line
+        if verdict == "read" and path in (home, str(REPO.parent)):
+            listed = set(json.loads(rest[0].replace("'", '"')))
+            assert listed <= _on_the_way_to(path, own_paths), line
             continue
         assert verdict == "refused", line
 
