@@ -20,6 +20,7 @@ use no std.
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable
 from typing import Literal, get_args
 
@@ -150,6 +151,13 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "reinforce": reinforce,
     "reinforce_pp": reinforce_pp,
 }
+
+
+def takes_std(name: str) -> bool:
+    """Whether the estimator registered as ``name`` divides by a standard deviation, i.e. takes ``std``
+    (grpo does so only with ``norm_std``); False for a name that is not registered."""
+    fn = ADVANTAGE_ESTIMATORS.get(name)
+    return fn is not None and "std" in inspect.signature(fn).parameters
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:

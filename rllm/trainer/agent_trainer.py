@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm.algorithms.advantages import takes_std
 from rllm.algorithms.transforms import (
     FilterConfig,
     attach_trainer_logprobs,
@@ -239,7 +240,7 @@ class AgentTrainer:
             est_kwargs: dict[str, object] = {}
             if _uses(alg.advantage, "grpo"):
                 est_kwargs["norm_std"] = alg.norm_std
-            if _uses(alg.advantage, "grpo") or _uses(alg.advantage, "reinforce_pp"):
+            if any(takes_std(name) for name in _estimator_names(alg.advantage)):
                 est_kwargs["std"] = alg.std
             metrics.update(compute_advantages(groups, alg.advantage, credit=alg.credit, gamma=alg.gamma,
                                                 step_weight=alg.step_weight, **est_kwargs))
@@ -375,8 +376,12 @@ def shapers_from_config(cfg: TrainConfig) -> list[Shaper]:
     return out
 
 
+def _estimator_names(estimator: str | dict[str, str]) -> set[str]:
+    return set(estimator.values()) if isinstance(estimator, dict) else {estimator}
+
+
 def _uses(estimator: str | dict[str, str], name: str) -> bool:
-    return name in (estimator.values() if isinstance(estimator, dict) else [estimator])
+    return name in _estimator_names(estimator)
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:

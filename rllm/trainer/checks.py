@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rllm.algorithms.advantages import takes_std
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 
@@ -42,13 +43,13 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             "backend.old_logprobs=recompute"
         )
     adv = cfg.algorithm.advantage
-    group_relative = sorted({*(adv.values() if isinstance(adv, dict) else [adv])} & {"grpo", "dr_grpo", "rloo"})
+    estimators = set(adv.values() if isinstance(adv, dict) else [adv])
+    group_relative = sorted(estimators & {"grpo", "dr_grpo", "rloo"})
     if cfg.rollout.group_size < 2 and group_relative:
         raise UnsupportedConfigError(
             f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
         )
-    estimators = set(adv.values() if isinstance(adv, dict) else [adv])
-    divides_by_std = (cfg.algorithm.norm_std and "grpo" in estimators) or "reinforce_pp" in estimators
+    divides_by_std = any(takes_std(name) and (name != "grpo" or cfg.algorithm.norm_std) for name in estimators)
     if cfg.algorithm.std != type(cfg.algorithm).model_fields["std"].default and not divides_by_std:
         raise UnsupportedConfigError(
             "algorithm.std picks the std that grpo (with algorithm.norm_std=true) and reinforce_pp divide by, and "

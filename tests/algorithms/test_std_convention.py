@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rllm.algorithms.advantages import grpo, reinforce_pp
+from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, grpo, reinforce_pp, takes_std
 from rllm.algorithms.transforms import TrajectoryGroup, compute_advantages, group_episodes
 from rllm.trainer.agent_trainer import check_config
 from rllm.trainer.backends.base import UnsupportedConfigError
@@ -187,3 +187,10 @@ def test_std_with_an_estimator_that_uses_it_is_accepted():
             load_config(TrainConfig, None, ["algorithm.std=population", *overrides]),
             LocalBackend.capabilities,
         )
+
+
+def test_the_estimators_that_take_std_are_the_ones_that_divide_by_one() -> None:
+    # Read from the signatures, so the trainer (which passes algorithm.std) and the start-up check (which
+    # refuses algorithm.std where nothing uses it) agree with the estimators themselves.
+    assert {name for name in ADVANTAGE_ESTIMATORS if takes_std(name)} == {"grpo", "reinforce_pp"}
+    assert not takes_std("grop")
