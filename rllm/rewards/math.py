@@ -353,10 +353,10 @@ def make_math_reward(
 
 def _ground_truths(task: dict[str, Any]) -> tuple[str, ...]:
     """The accepted reference answers of a task, as strings; ValueError if there is none."""
-    problem = ground_truth_problem(task)
-    if problem is not None:
-        raise ValueError(f"math task {task.get('task_id', '?')!r}: {problem}")
-    return usable_ground_truths(task["ground_truth"])
+    truths = usable_ground_truths(task.get("ground_truth"))
+    if not truths:
+        raise ValueError(f"math task {task.get('task_id', '?')!r}: {ground_truth_problem(task)}")
+    return truths
 
 
 def usable_ground_truths(truth: Any) -> tuple[str, ...]:
