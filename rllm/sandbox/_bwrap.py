@@ -107,10 +107,12 @@ def filesystem_args() -> tuple[str, ...]:
     return tuple(args)
 
 
-def allowed_dirs() -> list[str]:
-    """The host directories the sandbox sees (read-only), masks aside."""
+@cache
+def allowed_dirs() -> tuple[str, ...]:
+    """The host directories the sandbox sees (read-only), masks aside. Found once per process, as
+    ``filesystem_args`` is, so what ``protections()`` reports is what every run gets."""
     dirs = [p for p in _SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)]
-    return sorted({*dirs, *interpreter_dirs()})
+    return tuple(sorted({*dirs, *interpreter_dirs()}))
 
 
 def interpreter_dirs() -> list[str]:
@@ -152,16 +154,17 @@ def secret_dirs() -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(p) for p in found if p))
 
 
-def masked_dirs() -> list[str]:
+@cache
+def masked_dirs() -> tuple[str, ...]:
     """The secret directories that lie inside an allowed one, covered there by an empty tmpfs. A secret
     that contains an allowed dir (HOME holding a pyenv interpreter) needs no mask: only the allowed
-    subdirectory is bound, none of its siblings."""
+    subdirectory is bound, none of its siblings. Found once per process, like ``filesystem_args``."""
     allowed = allowed_dirs()
     masks = {
         s for s in secret_dirs() if os.path.isdir(s) and any(_is_under(s, a) and s != a for a in allowed)
     }
     # A mask inside another mask is covered already.
-    return sorted(m for m in masks if not any(other != m and _is_under(m, other) for other in masks))
+    return tuple(sorted(m for m in masks if not any(other != m and _is_under(m, other) for other in masks)))
 
 
 def _parents(path: str) -> list[str]:
