@@ -50,8 +50,32 @@ class OptimConfig(_Section):
     )
 
 
+class DistributedConfig(_Section):
+    world_size: int = Field(2, gt=0, description="Trainer ranks (Ray actors, one torch.distributed group, FSDP2 shards).")
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join ('auto', or 'host:port' of its GCS); null starts a local cluster.",
+    )
+    cpus_per_rank: float = Field(1.0, gt=0, description="CPUs Ray reserves for each rank.")
+    gpus_per_rank: float | None = Field(
+        None, ge=0, description="GPUs Ray reserves for each rank; null: 1 when backend.device is cuda, else 0.",
+    )
+    placement: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="Ray placement-group strategy for the ranks' bundles (PACK: as few nodes as possible).",
+    )
+    comm: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend: auto = nccl on cuda, gloo on cpu.",
+    )
+    reshard_after_forward: bool = Field(
+        True, description="FSDP2: free gathered parameters after forward (ZeRO-3); false keeps them for backward (ZeRO-2).",
+    )
+    startup_timeout_s: float = Field(300.0, gt=0, description="Most seconds for the ranks to start and load the model.")
+
+
 class BackendConfig(_Section):
-    name: Literal["local"] = Field("local", description="Training backend. 'local': PyTorch on this machine.")
+    name: Literal["local", "distributed"] = Field(
+        "local", description="Training backend: 'local' (PyTorch in this process) or 'distributed' (FSDP2 ranks "
+        "placed by Ray; backend.distributed.*).",
+    )
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'.")
     autocast: Literal["auto", "bf16", "none"] = Field(
         "auto", description="Mixed precision for forward/backward: 'auto' uses bf16 where supported."
@@ -71,12 +95,52 @@ class BackendConfig(_Section):
         description="Behaviour logprobs for the ratio: the inference engine's ('rollout') or a trainer forward "
         "pass before the update ('recompute').",
     )
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+
+
+class VLLMServerSettings(_Section):
+    tensor_parallel_size: int | None = Field(None, gt=0, description="This server's tensor parallel size.")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="This server's GPU memory fraction.")
+    extra_args: list[str] | None = Field(None, description="This server's extra vLLM arguments (replace the pool's).")
+
+
+class VLLMPoolConfig(_Section):
+    num_servers: int = Field(1, gt=0, description="vLLM servers to start (ignored in favour of urls when given).")
+    urls: list[str] = Field(
+        default_factory=list, description="Attach to these running vLLM servers instead of starting any "
+        "(each must have been started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True for LoRA runs).",
+    )
+    tensor_parallel_size: int = Field(1, gt=0, description="Tensor parallel size of each started server.")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory fraction of each started server.")
+    max_lora_rank: int | None = Field(None, gt=0, description="--max-lora-rank of started servers; null: lora.rank.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra vLLM command-line arguments for each server.")
+    servers: list[VLLMServerSettings] = Field(
+        default_factory=list, description="Per-server overrides, one entry per started server (length num_servers).",
+    )
+    python: str | None = Field(
+        None, description="Python of the vLLM venv; null: $RLLM_VLLM_VENV/bin/python or .venv-vllm (scripts/setup_vllm.sh).",
+    )
+    dtype: str = Field("float32", description="vLLM --dtype (float32 keeps its logprobs within ~5e-5 of the trainer's on CPU).")
+    kvcache_space_gib: int = Field(2, gt=0, description="CPU build only: KV cache GiB per server.")
+    startup_timeout_s: float = Field(600.0, gt=0, description="Most seconds for a server to answer /health.")
+    gateway_workers: int = Field(
+        1, gt=0, description="Gateway processes between the workflow engine and the servers (sessions are routed "
+        "to one by hash; they share one trace store).",
+    )
+    sync_dir: str | None = Field(
+        None, description="Directory the trainer writes synced adapters/weights to, read by the servers (a shared "
+        "filesystem on a cluster); null: run_dir/name/weight_sync.",
+    )
 
 
 class InferenceConfig(_Section):
-    engine: Literal["local"] = Field("local", description="Inference engine used for rollouts.")
-    dtype: str = Field("auto", description="Engine weight dtype: auto (bf16 where native), bfloat16, float32.")
-    max_batch_rows: int = Field(128, gt=0, description="Most sequences decoded together in one batch.")
+    engine: Literal["local", "vllm"] = Field(
+        "local", description="Inference engine for rollouts: 'local' (in-process PyTorch) or 'vllm' (a pool of vLLM "
+        "servers behind the gateway; inference.vllm.*).",
+    )
+    dtype: str = Field("auto", description="Local engine weight dtype: auto (bf16 where native), bfloat16, float32.")
+    max_batch_rows: int = Field(128, gt=0, description="Local engine: most sequences decoded together in one batch.")
+    vllm: VLLMPoolConfig = Field(default_factory=VLLMPoolConfig)
 
 
 class RolloutConfig(_Section):
@@ -89,6 +153,10 @@ class RolloutConfig(_Section):
     max_concurrency: int = Field(256, gt=0, description="Episodes in flight at once.")
     timeout_s: float | None = Field(None, gt=0, description="Wall-clock limit per episode; null = none.")
     retries: int = Field(0, ge=0, description="Retries of a failed or timed-out episode.")
+    max_staleness: int = Field(
+        0, ge=0, description="Most optimizer steps a trained sample's weight version may lag the policy (0: "
+        "on-policy); a batch with older samples is refused.",
+    )
     gateway_batch_wait_ms: float = Field(
         5.0, ge=0, description="@rllm.rollout flows only: how long the engine waits for more HTTP calls to join "
         "a batch (calls of concurrent episodes arrive a few ms apart).",

@@ -385,10 +385,10 @@ class LocalBackend(TrainingBackend):
                 out.append((plain, p.detach()))
         return out
 
-    def sync_weights_to(self, engine: Any) -> None:
-        changed_only = self.lora and self._synced_once
-        engine.load_weights(self.named_merged_weights(changed_only=changed_only), version=self.step)
-        self._synced_once = True
+    def save_adapter(self, path: Path) -> None:
+        if not self.lora:
+            raise UnsupportedConfigError("save_adapter needs a LoRA run (lora.enabled=true)")
+        self.model.save_pretrained(Path(path))
 
     def export_model(self, path: Path) -> None:
         path = Path(path)
