@@ -107,7 +107,8 @@ def run_train(args: argparse.Namespace) -> int:
         return _error(err, EXIT_FAILURE)
 
     from rllm.store import StoreError
-    from rllm.trainer.backends.base import UnsupportedConfigError
+    from rllm.trainer.agent_trainer import StaleSamplesError
+    from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 
     logger.info(
         "training %s on task %r for %s (%s); run directory %s",
@@ -120,6 +121,8 @@ def run_train(args: argparse.Namespace) -> int:
     except UnsupportedConfigError as err:  # e.g. the run directory already has checkpoints
         return _error(err, EXIT_USAGE)
     except StoreError as err:  # the run store cannot be opened (a read-only place, a newer layout)
+        return _error(err, EXIT_FAILURE)
+    except (WeightSyncError, StaleSamplesError) as err:  # a server could not take the new weights
         return _error(err, EXIT_FAILURE)
     metrics_path = trainer.run_dir / "metrics.jsonl" if "jsonl" in config.trainer.loggers else None
     print(format_summary(result, num_test_tasks=len(trainer.test_tasks), metrics_path=metrics_path))

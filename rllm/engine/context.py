@@ -63,7 +63,9 @@ class RolloutContext:
         params = self.params(**overrides)
         if params.n != 1:
             raise ValueError("RolloutContext samples one completion per call; use group_size for n > 1")
-        completion = (await self.engine.generate(prompt_ids, params))[0]
+        # An engine behind the gateway routes (and traces) by session: one session per episode.
+        route = {"session_id": self.episode_id} if getattr(self.engine, "routes_by_session", False) else {}
+        completion = (await self.engine.generate(prompt_ids, params, **route))[0]
         self.record(completion, trajectory=trajectory, key=key, messages=messages or [])
         return completion
 

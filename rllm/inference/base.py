@@ -58,7 +58,10 @@ class InferenceEngine(Protocol):
     weight_version: int
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
-        """Sample ``params.n`` continuations of ``prompt_ids``."""
+        """Sample ``params.n`` continuations of ``prompt_ids``.
+
+        An engine that sets ``routes_by_session = True`` (one behind the gateway) also takes
+        ``session_id=``: the episode id, so an episode's calls stick to one server and are traced together."""
         ...
 
     def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:

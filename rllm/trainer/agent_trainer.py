@@ -33,14 +33,14 @@ from rllm.algorithms.transforms import (
 )
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
 from rllm.inference.base import SamplingParams
-from rllm.inference.local import LocalEngine, pick_device
 from rllm.rewards.shaping import Shaper, apply_shaping, format_bonus, overlong_penalty
 from rllm.store import RunWriter, default_store_path
-from rllm.trainer.backends.base import UnsupportedConfigError
-from rllm.trainer.backends.local import LocalBackend
+from rllm.trainer.backends import backend_capabilities, build_backend
+from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state, save_checkpoint
 from rllm.trainer.checks import check_config
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.engines import build_engine
 from rllm.types import Episode
 from rllm.utils.config import dump_config
 from rllm.utils.metrics import MetricsLogger, build_sinks, summarize
@@ -89,7 +89,7 @@ class AgentTrainer:
         from rllm.workflows.builtin import build_workflow
 
         self.cfg = config
-        check_config(config, LocalBackend.capabilities)
+        check_config(config, backend_capabilities(config.backend.name))
         # An @rllm.rollout flow talks to the model over HTTP: the trainer serves its engine behind an
         # embedded gateway and runs the flow through a GatewayWorkflow (one session per episode).
         self.agent_flow = workflow if isinstance(workflow, Rollout) else None
@@ -129,13 +129,14 @@ class AgentTrainer:
             torch.set_num_threads(cfg.trainer.threads)
         random.seed(cfg.trainer.seed)
         np.random.seed(cfg.trainer.seed)
-        model_path = self.model_path
-        device = pick_device(cfg.backend.device)
-        self.engine = LocalEngine.from_pretrained(
-            model_path, device=str(device), dtype=cfg.inference.dtype,
-            max_batch_rows=cfg.inference.max_batch_rows, seed=cfg.trainer.seed,
-        )
-        self.backend = LocalBackend(cfg, model_path, pad_id=self.engine.pad_id)
+        # Both come from factories keyed by config (backend.name, inference.engine); the loop below is the
+        # same for every pair. Closed in train()'s finally, so a failed start leaves nothing running.
+        self.engine = build_engine(cfg, self.model_path, run_dir=self.run_dir)
+        self.backend = build_backend(cfg, self.model_path, pad_id=self.engine.pad_id)
+        if self.backend.lora and getattr(self.engine, "sync_from", None) is not None:
+            # Servers in other processes start from the base weights; a LoRA run's requests name its adapter, so
+            # the version-0 adapter is loaded now: a server that cannot take it fails here, before any rollout.
+            self._sync_weights("start-up")
         r = cfg.rollout
         self.train_sampling = SamplingParams(
             temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens, seed=cfg.trainer.seed
@@ -157,6 +158,12 @@ class AgentTrainer:
         from rllm.gateway.upstreams import LocalUpstream
         from rllm.sdk.workflow import GatewayWorkflow
 
+        if getattr(self.engine, "gateway_url", None) is not None:  # the engine's own gateway (a vLLM pool)
+            self.trace_store = self.engine.trace_store
+            logger.info("agent flow %s runs against the engine's gateway at %s", self.agent_flow.name,
+                        self.engine.gateway_url)
+            return GatewayWorkflow(self.agent_flow, self.evaluator, gateway_url=self.engine.gateway_url,
+                                   model=self.cfg.model.path, store=self.trace_store)
         # HTTP calls of concurrent episodes arrive a few ms apart: let them meet in one batch.
         self.engine.batch_wait_s = self.cfg.rollout.gateway_batch_wait_ms / 1000.0
         self.trace_store = TraceStore(self.run_dir / "traces.db")
@@ -172,6 +179,26 @@ class AgentTrainer:
             self.gateway.stop()
             self.trace_store.close()
             self.gateway = None
+
+    def _close(self) -> None:
+        """Stop what the run started: the embedded gateway, the engine's servers, the backend's workers."""
+        self._stop_gateway()
+        for part in ("engine", "backend"):
+            close = getattr(getattr(self, part, None), "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # closing must not hide the error that ended the run
+                    logger.exception("closing the %s failed", part)
+
+    def _sync_weights(self, when: str) -> None:
+        """Push the backend's weights into the engine; a failure aborts the run (the next rollouts would
+        sample from stale weights) with what failed."""
+        try:
+            self.backend.sync_weights_to(self.engine)
+        except WeightSyncError as exc:
+            raise WeightSyncError(f"weight sync at {when} (version {self.backend.step}) failed, so training stops "
+                                  f"rather than sample from stale weights: {exc}") from exc
 
     def _task_order(self, epoch: int) -> list[int]:
         """The shuffled task order of one pass over the data (cached: every step of the epoch reads it)."""
@@ -224,10 +251,13 @@ class AgentTrainer:
             self.rollouts.run_tasks(tasks, group_size=cfg.rollout.group_size, sampling=sampling, description=f"step {step}")
         )
         t_rollout = time.perf_counter() - t0
+        check_staleness(episodes, self.backend.step, cfg.rollout.max_staleness)
         apply_shaping(episodes, self.shapers)
         metrics = episode_metrics(episodes)
         metrics["time/rollout_s"] = t_rollout
         metrics["perf/rollout_tokens_per_s"] = (self.engine.stats["generated_tokens"] - gen_before) / max(t_rollout, 1e-9)
+        if hasattr(self.engine, "metrics"):  # a server pool: servers healthy, calls re-routed after a failure
+            metrics.update(self.engine.metrics())
 
         groups = group_episodes(episodes)
         alg = cfg.algorithm
@@ -266,7 +296,7 @@ class AgentTrainer:
             metrics["train/skipped"] = 1.0
         metrics["time/train_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        self.backend.sync_weights_to(self.engine)
+        self._sync_weights(f"step {step + 1}")
         metrics["time/sync_s"] = time.perf_counter() - t2
         if self.run_store is not None:  # written with this step's metrics, in one transaction
             self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
@@ -293,7 +323,7 @@ class AgentTrainer:
                 self.run_store.fail(exc)
             raise
         finally:
-            self._stop_gateway()
+            self._close()
         if self.run_store is not None:
             self.run_store.finish(asdict(result))
         return result
@@ -327,7 +357,7 @@ class AgentTrainer:
                 self.backend.load_state(resume_from)
                 state = load_loop_state(resume_from)
                 start_step, eval_history = state["step"], state["eval_history"]
-                self.backend.sync_weights_to(self.engine)
+                self._sync_weights("resume")
                 logger.info("resumed from %s at step %d", resume_from, start_step)
             elif cfg.eval.before:
                 ev = self.evaluate(0)
@@ -363,6 +393,24 @@ class AgentTrainer:
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             _try_plot(self.run_dir)
         return result
+
+
+class StaleSamplesError(RuntimeError):
+    """A batch holds samples from older weights than the allowed staleness: training on them would be
+    off-policy beyond what the loss corrects for."""
+
+
+def check_staleness(episodes: list[Episode], version: int, max_staleness: int) -> None:
+    """Refuse a batch with a sample drawn under a weight version older than ``version - max_staleness``."""
+    oldest = min((s.weight_version for e in episodes if not e.failed for t in e.trajectories for s in t.steps),
+                 default=version)
+    if oldest < version - max_staleness:
+        stale = sum(s.weight_version < version - max_staleness
+                    for e in episodes if not e.failed for t in e.trajectories for s in t.steps)
+        raise StaleSamplesError(
+            f"{stale} sample(s) of this step were drawn under weight version {oldest}, but the policy is at "
+            f"version {version} and rollout.max_staleness={max_staleness}: the engine is not sampling from the "
+            "synced weights; refusing to train on them")
 
 
 def shapers_from_config(cfg: TrainConfig) -> list[Shaper]:

@@ -35,6 +35,9 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             "backend.share_prefix keeps the prompt's KV cache for the backward pass, which gradient checkpointing "
             "cannot: set backend.share_prefix=false or backend.gradient_checkpointing=false"
         )
+    if cfg.backend.share_prefix and not capabilities.share_prefix and "share_prefix" in cfg.backend.model_fields_set:
+        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot share prompt prefixes: drop backend.share_prefix")
+    _check_placement(cfg)
     if cfg.backend.old_logprobs == "recompute" and not capabilities.recompute_old_logprobs:
         raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout")
     if loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
@@ -97,6 +100,58 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
                 f"trainer.loggers names {sink} but it is not installed: pip install 'rllm[{sink}]' "
                 f"(or drop it from trainer.loggers)"
             )
+
+
+def _check_placement(cfg: TrainConfig) -> None:
+    """The distributed backend and the vLLM pool: their sections only with them, and what they need present."""
+    b, inf = cfg.backend, cfg.inference
+    if b.name != "distributed" and b.distributed.model_fields_set:
+        raise UnsupportedConfigError(f"backend.distributed.* applies to backend.name=distributed, not {b.name}: "
+                                     "drop it (or set backend.name=distributed)")
+    if b.name == "distributed":
+        if importlib.util.find_spec("ray") is None:
+            raise UnsupportedConfigError("backend.name=distributed places its ranks with Ray, which is not installed: "
+                                         "pip install 'rllm[distributed]' (or bash scripts/setup.sh distributed)")
+        if b.distributed.comm == "nccl" and b.device == "cpu":
+            raise UnsupportedConfigError("backend.distributed.comm=nccl needs GPUs, and backend.device=cpu: "
+                                         "set backend.distributed.comm=gloo (or auto)")
+    if inf.engine != "vllm" and inf.vllm.model_fields_set:
+        raise UnsupportedConfigError(f"inference.vllm.* applies to inference.engine=vllm, not {inf.engine}: drop it "
+                                     "(or set inference.engine=vllm)")
+    if inf.engine == "vllm":
+        _check_vllm(cfg)
+
+
+def _check_vllm(cfg: TrainConfig) -> None:
+    from rllm.inference.vllm_server import default_vllm_python
+
+    v = cfg.inference.vllm
+    if {"dtype", "max_batch_rows"} & cfg.inference.model_fields_set:
+        raise UnsupportedConfigError("inference.dtype and inference.max_batch_rows apply to the local engine; the "
+                                     "vLLM pool's are inference.vllm.dtype and its servers' own batching: drop them")
+    if v.urls:
+        started_only = sorted(v.model_fields_set & {"num_servers", "tensor_parallel_size", "gpu_memory_utilization",
+                                                    "max_lora_rank", "extra_args", "servers", "python",
+                                                    "kvcache_space_gib", "dtype"})
+        if started_only:
+            raise UnsupportedConfigError(f"inference.vllm.urls attaches to running servers, so inference.vllm."
+                                         f"{', inference.vllm.'.join(started_only)} (settings of started servers) "
+                                         "would do nothing: drop them")
+        return
+    python = Path(v.python) if v.python else default_vllm_python()
+    if not python.exists():
+        raise UnsupportedConfigError(f"inference.engine=vllm starts vLLM servers with {python}, which does not exist: "
+                                     "run scripts/setup_vllm.sh (or set inference.vllm.python, or attach to running "
+                                     "servers with inference.vllm.urls)")
+    if v.servers and len(v.servers) != v.num_servers:
+        raise UnsupportedConfigError(f"inference.vllm.servers has {len(v.servers)} entries for num_servers="
+                                     f"{v.num_servers}: give one per server (or none)")
+    if cfg.lora.enabled and v.max_lora_rank is not None and v.max_lora_rank < cfg.lora.rank:
+        raise UnsupportedConfigError(f"lora.rank={cfg.lora.rank} exceeds inference.vllm.max_lora_rank="
+                                     f"{v.max_lora_rank}, so the servers could not load the adapter: raise "
+                                     "inference.vllm.max_lora_rank (or drop it: it defaults to lora.rank)")
+    if not cfg.lora.enabled and v.max_lora_rank is not None:
+        raise UnsupportedConfigError("inference.vllm.max_lora_rank applies to LoRA runs (lora.enabled=true): drop it")
 
 
 def _check_dataset(cfg: TrainConfig) -> None:
