@@ -78,6 +78,8 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "[ci] every tier passed" in proc.stdout
     assert "python -m pytest -q" in calls  # the README's test command
     assert any("-m pytest -q -m slow or vllm" in c for c in calls)
+    assert "python -m pytest -q -m distributed" in calls
+    assert "setup.sh distributed" in calls
     benchmarks = [c for c in calls if "benchmarks/" in c]
     assert len(benchmarks) == 4 and all(" --quick" in c for c in benchmarks), benchmarks
 
@@ -94,7 +96,7 @@ def test_failing_first_setup_fails_ci_and_runs_no_tests(tmp_path: Path) -> None:
     [
         ("setup_ui_tests.sh", "ui browser", 2),
         ("setup_bench.sh", "benchmarks --quick", 3),
-        ("setup_vllm.sh", "slow and vllm", 3),
+        ("setup_vllm.sh", "slow and vllm", 4),
     ],
 )
 def test_failing_later_setup_fails_ci_and_skips_its_tests(
