@@ -14,12 +14,21 @@ def add_gateway_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Serve MODEL at http://HOST:PORT/v1 and per session at /sessions/{id}/v1; every call is "
         "stored with its prompt/completion token ids and logprobs (GET /sessions/{id}/traces). With no "
         "--upstream the model runs in the local engine; with --upstream URL the gateway forwards to vLLM, "
-        "SGLang or any OpenAI-compatible server (several URLs: session-sticky routing with fail-over).",
+        "SGLang or any OpenAI-compatible server (several URLs: session-sticky routing with fail-over). "
+        "--workers N runs N gateway processes on ports PORT..PORT+N-1 over one trace store; a client sends "
+        "each session to one of them by rllm.gateway.pool.route(urls, session_id), or a load balancer in "
+        "front hashes on the session id in the /sessions/{id} path.",
     )
     p.add_argument("--model", required=True, help="built-in name (smollm2-135m), a model directory, or the name "
                    "to serve an upstream's model under")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000); with --workers N, the first "
+                   "of N consecutive ports")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="gateway worker processes sharing the --store file (default: 1); N > 1 needs --upstream "
+                   "(one process serves ~1,000 calls/s on one core)")
+    p.add_argument("--log-dir", metavar="DIR", help="with --workers N: each worker's log goes to "
+                   "DIR/gateway-worker-I.log (default: this terminal)")
     p.add_argument("--upstream", action="append", default=[], metavar="URL",
                    help="an upstream server's base URL (repeat for several workers)")
     p.add_argument("--upstream-kind", choices=["auto", "vllm", "sglang", "openai"], default="auto",
@@ -47,6 +56,11 @@ def run_gateway(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print(f"rllm gateway: error: --port must be 1-65535, not {args.port}", file=sys.stderr)
         return 2
+    if args.workers < 1:
+        print(f"rllm gateway: error: --workers must be >= 1, not {args.workers}", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        return _run_workers(args)
     try:
         serve(
             model=args.model, host=args.host, port=args.port, store_path=args.store, upstreams=args.upstream,
@@ -58,3 +72,51 @@ def run_gateway(args: argparse.Namespace) -> int:
         print(f"rllm gateway: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """``--workers N``: start the worker processes, print their URLs, restart one that dies (after it has
+    run a while), stop them all on Ctrl-C / SIGTERM."""
+    import signal
+    import time
+
+    from rllm.gateway.pool import GatewayProcesses, GatewayWorkerDied
+    from rllm.gateway.upstreams import UpstreamError
+
+    stopping = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    try:
+        pool = GatewayProcesses(
+            args.workers, model=args.model, store_path=args.store, upstreams=args.upstream,
+            upstream_kind=args.upstream_kind, upstream_model=args.upstream_model,
+            upstream_api_key=args.upstream_api_key, api_key=args.api_key,
+            max_body_bytes=int(args.max_body_mb * 1024 * 1024), fsync=args.fsync, host=args.host, port=args.port,
+            log_dir=args.log_dir,
+        )
+        pool.start()
+    except (UpstreamError, ValueError, FileNotFoundError, OSError, GatewayWorkerDied) as exc:
+        print(f"rllm gateway: error: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        print(f"{args.workers} gateway workers for {args.model}, traces in {args.store}:", flush=True)
+        for url in pool.urls:
+            print(f"  {url}/v1", flush=True)
+        print("send each session to the worker rllm.gateway.pool.route(urls, session_id) names (its calls stay "
+              "on one worker), or hash on the session id of /sessions/{id}/... in a load balancer", flush=True)
+        while not stopping:
+            time.sleep(0.5)
+            try:
+                for url in pool.restart_dead():
+                    print(f"rllm gateway: worker {url} had exited; restarted it", file=sys.stderr, flush=True)
+            except GatewayWorkerDied as exc:
+                print(f"rllm gateway: error: {exc}", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        pool.stop()

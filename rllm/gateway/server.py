@@ -83,19 +83,31 @@ def serve(
     dtype: str = "auto",
     max_batch_rows: int = 64,
     fsync: bool = False,
+    fd: int | None = None,
+    probe: bool = True,
 ) -> None:
-    """Blocking: serve ``model`` (from the local engine, or from ``upstreams``) until interrupted."""
+    """Blocking: serve ``model`` (from the local engine, or from ``upstreams``) until interrupted.
+
+    ``fd``: serve on this already-listening socket instead of binding ``host:port`` (a worker of
+    :class:`rllm.gateway.pool.GatewayProcesses`, whose parent bound it). ``probe=False`` skips asking the
+    upstreams for their dialect and model first (the parent did, and passes both)."""
     from rllm.gateway.app import create_app
 
     store = TraceStore(store_path, fsync=fsync)
     upstream = build_upstream(model, upstreams, upstream_kind=upstream_kind, upstream_model=upstream_model,
                               upstream_api_key=upstream_api_key, tool_format=tool_format, device=device,
-                              dtype=dtype, max_batch_rows=max_batch_rows, batch_wait_ms=2.0)
+                              dtype=dtype, max_batch_rows=max_batch_rows, batch_wait_ms=2.0, probe=probe)
     app = create_app(upstream, store, model_name=model, api_key=api_key, max_body_bytes=max_body_bytes)
-    logger.info("serving %s at http://%s:%d/v1 (sessions: /sessions/{id}/v1), traces in %s", model, host, port,
-                store_path)
+    where = f"fd {fd}" if fd is not None else f"http://{host}:{port}"
+    logger.info("serving %s at %s/v1 (sessions: /sessions/{id}/v1), traces in %s", model, where, store_path)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=60, backlog=4096)
+        if fd is None:
+            uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=60, backlog=4096)
+        else:
+            # socket(fileno=...) reads the family from the fd (uvicorn's own fd= assumes a Unix socket).
+            sock = socket.socket(fileno=fd)
+            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=60, backlog=4096))
+            server.run(sockets=[sock])
     finally:
         store.close()
 
@@ -112,6 +124,7 @@ def build_upstream(
     dtype: str = "auto",
     max_batch_rows: int = 64,
     batch_wait_ms: float = 2.0,
+    probe: bool = True,
 ) -> Any:
     """The gateway's upstream: the OpenAI-compatible servers at ``upstreams`` (probed now, so nothing
     answering fails at start-up rather than on the first request), or else ``model`` in a local engine
@@ -119,11 +132,12 @@ def build_upstream(
     if upstreams:
         from rllm.gateway.http_upstream import HTTPUpstream
 
-        probe = HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
-                             api_key=upstream_api_key)
-        asyncio.run(_probe(probe))
-        # A fresh one for the server's own event loop (the probe's aiohttp session belonged to asyncio.run's).
-        return HTTPUpstream(upstreams, kind=probe.kind, model=probe.model, api_key=upstream_api_key)
+        if probe:
+            upstream_kind, upstream_model = probe_upstream(upstreams, upstream_kind=upstream_kind,
+                                                           upstream_model=upstream_model,
+                                                           upstream_api_key=upstream_api_key)
+        return HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
+                            api_key=upstream_api_key)
     from rllm.gateway.upstreams import LocalUpstream
     from rllm.inference.local import LocalEngine
     from rllm.models import resolve_model
@@ -131,6 +145,21 @@ def build_upstream(
     engine = LocalEngine.from_pretrained(resolve_model(model), device=device, dtype=dtype,
                                          max_batch_rows=max_batch_rows, batch_wait_ms=batch_wait_ms)
     return LocalUpstream(engine, tool_format=tool_format)
+
+
+def probe_upstream(
+    upstreams: list[str], *, upstream_kind: str = "auto", upstream_model: str | None = None,
+    upstream_api_key: str | None = None,
+) -> tuple[str, str | None]:
+    """Blocking: ask the upstream servers what they are; ``(dialect, model name)`` as detected (or as
+    given). Raises :class:`~rllm.gateway.upstreams.UpstreamError` when none answers."""
+    from rllm.gateway.http_upstream import HTTPUpstream
+
+    probe = HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
+                         api_key=upstream_api_key)
+    asyncio.run(_probe(probe))
+    # The server gets a fresh HTTPUpstream: the probe's aiohttp session belonged to asyncio.run's loop.
+    return probe.kind, probe.model
 
 
 async def _probe(upstream: Any) -> None:

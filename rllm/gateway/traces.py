@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 """
 
+_BUSY_TIMEOUT_S = 30.0
+
 _COLUMNS = (
     "trace_id", "session_id", "request_id", "choice_index", "created_at", "endpoint", "request",
     "response_text", "response_message", "prompt_token_ids", "completion_token_ids", "logprobs",
@@ -159,8 +161,10 @@ class TraceQuery(BaseModel):
 class TraceStore:
     """Traces and sessions in one SQLite file. Blocking: call it from a worker thread inside async code.
 
-    One connection shared by the threads that use this object, serialized by a lock; readers in other
-    processes open their own connection (WAL lets them read while the gateway writes).
+    One connection shared by the threads that use this object, serialized by a lock. Other processes
+    open their own: readers (WAL lets them read while the gateway writes) and other writers, such as the
+    workers of :class:`rllm.gateway.pool.GatewayProcesses` sharing one store, which take turns at the
+    write lock (``busy_timeout``); every trace is stored exactly once, in commit order of ``seq``.
     """
 
     def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
@@ -168,7 +172,14 @@ class TraceStore:
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
+        # Several processes may write one store (the workers of rllm.gateway.pool.GatewayProcesses, one
+        # writer at a time in WAL mode): a writer that finds the lock taken waits up to busy_timeout for
+        # it instead of failing with "database is locked". Every write here is one short transaction.
+        # BEGIN IMMEDIATE: a write transaction takes the write lock when it begins (waiting for it), never
+        # upgrades a read snapshot that another process's commit has made stale mid-transaction.
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=_BUSY_TIMEOUT_S,
+                                     isolation_level="IMMEDIATE")
+        self._conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
         self._conn.execute("PRAGMA journal_mode=WAL")
         # A committed WAL transaction is in the OS's hands: it survives the gateway being killed (kill -9, a
         # crash) with synchronous=NORMAL. FULL also fsyncs every commit, to survive the machine losing power,
@@ -226,15 +237,16 @@ class TraceStore:
     # ------------------------------------------------------------------ sessions
     def create_session(self, info: SessionInfo) -> SessionInfo:
         """Register a session with its overrides; raises ``KeyError`` if it already exists."""
-        with self._lock, self._conn:
-            exists = self._conn.execute(
-                "SELECT 1 FROM sessions WHERE session_id = ?", (info.session_id,)).fetchone()
-            if exists:
-                raise KeyError(info.session_id)
-            self._conn.execute(
-                "INSERT INTO sessions (session_id, created_at, sampling, metadata) VALUES (?, ?, ?, ?)",
-                (info.session_id, info.created_at, json.dumps(info.sampling), json.dumps(info.metadata)),
-            )
+        # One INSERT, no SELECT first: another process may create the same id between the two (the
+        # primary key decides, atomically, which of them did).
+        try:
+            with self._lock, self._conn:
+                self._conn.execute(
+                    "INSERT INTO sessions (session_id, created_at, sampling, metadata) VALUES (?, ?, ?, ?)",
+                    (info.session_id, info.created_at, json.dumps(info.sampling), json.dumps(info.metadata)),
+                )
+        except sqlite3.IntegrityError:
+            raise KeyError(info.session_id) from None
         return info
 
     def session(self, session_id: str) -> SessionInfo | None:

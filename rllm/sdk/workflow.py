@@ -5,6 +5,10 @@ sampling settings as overrides (role sub-sessions ``{episode_id}:{role}`` inheri
 with an :class:`AgentConfig` pointing at it, reads the session's traces back, assembles them into
 token-faithful Steps (one trajectory per role, see :mod:`rllm.engine.assembly`), and scores the episode
 with the evaluator (or with what the flow returned).
+
+Several gateway URLs (the workers of :class:`rllm.gateway.pool.GatewayProcesses`, or separate gateways
+over one trace store) spread the episodes: each episode's session, role sub-sessions included, goes to
+the URL :func:`rllm.gateway.pool.route` picks for its id, the same one every time.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
 from rllm.engine.assembly import traces_to_trajectories
 from rllm.engine.context import Outcome, RolloutContext
+from rllm.gateway.pool import route
 from rllm.gateway.traces import OVERRIDABLE_SAMPLING, SessionInfo, Trace, TraceQuery, TraceStore
 from rllm.sdk.decorators import (
     AgentConfig,
@@ -34,14 +40,15 @@ logger = logging.getLogger(__name__)
 
 
 class GatewayWorkflow:
-    """A workflow (``(task, ctx) -> Outcome``) that runs ``flow`` against the gateway at ``gateway_url``."""
+    """A workflow (``(task, ctx) -> Outcome``) that runs ``flow`` against the gateway at ``gateway_url``
+    (one URL, or a list of gateway URLs sharing one trace store, episodes routed among them by id)."""
 
     def __init__(
         self,
         flow: Rollout | Any,
         evaluator_fn: Evaluator | Any | None = None,
         *,
-        gateway_url: str,
+        gateway_url: str | Sequence[str],
         model: str,
         api_key: str | None = None,
         merge_turns: bool = True,
@@ -53,31 +60,41 @@ class GatewayWorkflow:
         self.flow = flow if isinstance(flow, Rollout) else rollout(flow)
         self.evaluator = None if evaluator_fn is None else (
             evaluator_fn if isinstance(evaluator_fn, Evaluator) else evaluator(evaluator_fn))
-        self.gateway_url = gateway_url.rstrip("/")
+        urls = [gateway_url] if isinstance(gateway_url, str) else list(gateway_url)
+        if not urls:
+            raise ValueError("GatewayWorkflow needs a gateway URL (gateway_url=...)")
+        self.gateway_urls = [u.rstrip("/") for u in urls]
+        self.gateway_url = self.gateway_urls[0]
         self.model = model
         self.api_key = api_key
         self.merge_turns = merge_turns
         self.store = store
-        self._http: httpx.AsyncClient | None = None
+        self._http: dict[str, httpx.AsyncClient] = {}
         self._http_loop: asyncio.AbstractEventLoop | None = None
 
-    def _client(self) -> httpx.AsyncClient:
+    def url_for(self, session_id: str) -> str:
+        """The gateway URL that serves ``session_id`` and its role sub-sessions."""
+        return route(self.gateway_urls, session_id)
+
+    def _client(self, url: str) -> httpx.AsyncClient:
         # An httpx client is bound to the event loop it first ran on, and the trainer runs each step under
-        # its own asyncio.run: keep one client per loop.
+        # its own asyncio.run: keep one client per gateway URL per loop.
         loop = asyncio.get_running_loop()
-        if self._http is None or self._http_loop is not loop:
+        if self._http_loop is not loop:
+            self._http, self._http_loop = {}, loop
+        client = self._http.get(url)
+        if client is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._http = httpx.AsyncClient(base_url=self.gateway_url, headers=headers, timeout=60)
-            self._http_loop = loop
-        return self._http
+            client = self._http[url] = httpx.AsyncClient(base_url=url, headers=headers, timeout=60)
+        return client
 
     async def open_session(self, session_id: str, sampling: dict[str, Any], metadata: dict[str, Any]) -> None:
         if self.store is not None:
             info = SessionInfo(session_id=session_id, sampling=sampling, metadata=metadata)
             await asyncio.to_thread(self.store.create_session, info)
             return
-        r = await self._client().post("/sessions", json={"session_id": session_id, "sampling": sampling,
-                                                         "metadata": metadata})
+        r = await self._client(self.url_for(session_id)).post(
+            "/sessions", json={"session_id": session_id, "sampling": sampling, "metadata": metadata})
         if r.status_code != 201:
             raise RuntimeError(f"the gateway refused to open session {session_id}: {r.status_code} {r.text[:300]}")
 
@@ -86,9 +103,10 @@ class GatewayWorkflow:
         sampling = {k: v for k, v in ctx.sampling.model_dump().items()
                     if k in OVERRIDABLE_SAMPLING and v not in (None, [])}
         await self.open_session(session_id, sampling, {"task_id": ctx.task_id})
+        gateway_url = self.url_for(session_id)
         config = AgentConfig(
-            base_url=f"{self.gateway_url}/sessions/{session_id}/v1", model=self.model, session_id=session_id,
-            gateway_url=self.gateway_url, api_key=self.api_key or "EMPTY", sampling=sampling,
+            base_url=f"{gateway_url}/sessions/{session_id}/v1", model=self.model, session_id=session_id,
+            gateway_url=gateway_url, api_key=self.api_key or "EMPTY", sampling=sampling,
         )
         output = await self.flow.run(task, config)
         traces = await self.read_traces(session_id)
@@ -118,8 +136,9 @@ class GatewayWorkflow:
             rows = await asyncio.to_thread(self.store.query, TraceQuery(session_prefix=session_id, limit=10_000))
             return [t for _, t in rows if _in_episode(t, session_id)]
         traces, after = [], 0
+        client = self._client(self.url_for(session_id))
         while True:
-            r = await self._client().get("/traces", params={"session_prefix": session_id, "after_seq": after,
+            r = await client.get("/traces", params={"session_prefix": session_id, "after_seq": after,
                                                             "limit": 1000})
             r.raise_for_status()
             data = r.json()
