@@ -2,6 +2,8 @@
 asyncio + httptools, an OpenAI-compatible server in vLLM's token-id dialect whose replies are built once at
 start-up, so it answers in microseconds) and the closed-loop load generator (one keep-alive HTTP/1.1
 connection per session, replies parsed with httptools). bench_gateway.py runs each in its own process.
+A gateway of several worker processes gets each session on the worker ``rllm.gateway.pool.route`` picks
+for it, as a client of such a gateway would send it.
 """
 
 from __future__ import annotations
@@ -157,13 +159,15 @@ class _ClientConn(asyncio.Protocol):
         return await self.waiter
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by a process and its children."""
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) used so far by some processes and their children."""
     import psutil
 
+    procs = []
     try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
+        for pid in pids:
+            proc = psutil.Process(pid)
+            procs += [proc, *proc.children(recursive=True)]
     except psutil.Error:
         return float("nan")
     total = 0.0
@@ -183,8 +187,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
 
 
-async def _load(url_paths: list[str], port: int, warmup_s: float, duration_s: float,
-                watch: dict[str, int]) -> dict[str, Any]:
+async def _load(targets: list[tuple[int, str]], warmup_s: float, duration_s: float,
+                watch: dict[str, list[int]]) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     body = json.dumps(CHAT_REQUEST).encode()
     state = {"measuring": False, "stop": False}
@@ -193,7 +197,7 @@ async def _load(url_paths: list[str], port: int, warmup_s: float, duration_s: fl
     first: dict[str, Any] = {}
     max_requests = 5_000_000  # a hard cap besides the time limit
 
-    async def worker(path: str) -> None:
+    async def worker(port: int, path: str) -> None:
         request = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
                    f"content-length: {len(body)}\r\n\r\n").encode() + body
         conn: _ClientConn | None = None
@@ -223,7 +227,7 @@ async def _load(url_paths: list[str], port: int, warmup_s: float, duration_s: fl
         if conn is not None and conn.transport is not None:
             conn.transport.close()
 
-    tasks = [loop.create_task(worker(p)) for p in url_paths]
+    tasks = [loop.create_task(worker(port, path)) for port, path in targets]
     await asyncio.sleep(warmup_s)
     cpu0 = {name: _cpu_s(pid) for name, pid in watch.items()}
     ok0, err0 = counts["ok"], counts["errors"]
@@ -257,8 +261,16 @@ async def _load(url_paths: list[str], port: int, warmup_s: float, duration_s: fl
 def run_loadgen(args: argparse.Namespace) -> None:
     import uvloop
 
-    paths = [args.path.format(session=f"{args.session_prefix}-{i}") for i in range(args.workers)]
-    watch = {k: int(v) for k, v in (kv.split("=") for kv in args.watch.split(",") if kv)}
-    watch["loadgen"] = os.getpid()
-    result = uvloop.run(_load(paths, args.port, args.warmup, args.duration, watch))
+    from rllm.gateway.pool import route
+
+    ports = [int(p) for p in args.ports.split(",")]
+    urls = {f"http://127.0.0.1:{p}": p for p in ports}
+    targets = []
+    for i in range(args.sessions):
+        session = f"{args.session_prefix}-{i}"
+        targets.append((urls[route(list(urls), session)], args.path.format(session=session)))
+    watch = {k: [int(p) for p in v.split("+")] for k, v in (kv.split("=") for kv in args.watch.split(",") if kv)}
+    watch["loadgen"] = [os.getpid()]
+    result = uvloop.run(_load(targets, args.warmup, args.duration, watch))
+    result["sessions_per_port"] = {str(p): sum(1 for t, _ in targets if t == p) for p in ports}
     Path(args.result_file).write_text(json.dumps(result))

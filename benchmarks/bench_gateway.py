@@ -4,12 +4,15 @@ Four paths are measured in one run, on loopback, against the same FAKE upstream 
 server answering in vLLM's token-id dialect in microseconds, so the proxies, not the model, are measured):
 
 - ``direct``: the client calls the fake upstream itself;
-- ``rllm-gateway (fsync off)`` and ``rllm-gateway (fsync on)``: two ``rllm gateway --upstream-kind vllm``
-  processes in front of it, each with its own trace store, each client worker on its own session URL
-  ``/sessions/{id}/v1/chat/completions``; every call asks the upstream for token ids and logprobs and is
-  committed to the SQLite trace store (WAL) before the reply goes out. fsync off (the default,
-  ``synchronous=NORMAL``): a trace survives a killed gateway, not power loss; fsync on (``--fsync``,
-  ``synchronous=FULL``): it survives power loss too;
+- ``rllm-gateway xN (fsync off)`` and ``rllm-gateway xN (fsync on)``, for each N of ``--workers``
+  (default ``1,2,4``): a gateway of N worker processes (``rllm.gateway.pool.GatewayProcesses``, what
+  ``rllm gateway --workers N --upstream-kind vllm`` runs; N=1 is one process, as ``rllm gateway``) in front
+  of it, the N workers sharing one trace store, each gateway its own store; each client worker on its own
+  session URL ``/sessions/{id}/v1/chat/completions`` of the worker ``rllm.gateway.pool.route`` picks for
+  that session; every call asks the upstream for token ids and logprobs and is committed to the SQLite
+  trace store (WAL) before the reply goes out. fsync off (the default, ``synchronous=NORMAL``): a trace
+  survives a killed gateway, not power loss; fsync on (``--fsync``, ``synchronous=FULL``): it survives
+  power loss too;
 - ``litellm``: the LiteLLM proxy (its own venv ``.venv-bench-litellm``, one worker, no database, telemetry
   off), with ``openai/<model>`` routed to the fake upstream.
 
@@ -25,7 +28,8 @@ next to the CPU each one used. Afterwards each gateway's trace store must hold e
 request answered through it.
 
     .venv/bin/python benchmarks/bench_gateway.py                         # every path, 1/64/256 sessions
-    .venv/bin/python benchmarks/bench_gateway.py --quick                 # plumbing check: 1/4 sessions, 1 s
+    .venv/bin/python benchmarks/bench_gateway.py --quick                 # plumbing check: 1/4 sessions, 1 s, x1/x2
+    .venv/bin/python benchmarks/bench_gateway.py --fsync off --skip-litellm --workers 1,2,4  # the scale-out
     .venv/bin/python benchmarks/bench_gateway.py --json /tmp/gateway-bench.json
 
 LiteLLM setup (never into .venv: it pins its own versions of shared packages): ``scripts/setup_bench.sh``.
@@ -56,6 +60,8 @@ from typing import Any
 
 from _common import header_line, markdown_table
 from _gateway_load import COMPLETION_TOKENS, MODEL, run_fake_upstream, run_loadgen
+
+from rllm.gateway.pool import GatewayProcesses
 
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM_VENV = ROOT / ".venv-bench-litellm"
@@ -171,12 +177,14 @@ def start_litellm(servers: Servers, upstream_port: int) -> tuple[int | None, str
     return port, version
 
 
-def run_point(args: argparse.Namespace, port: int, path: str, workers: int, prefix: str,
-              watch: dict[str, int]) -> dict[str, Any]:
+def run_point(args: argparse.Namespace, ports: list[int], path: str, sessions: int, prefix: str,
+              watch: dict[str, list[int]]) -> dict[str, Any]:
     result_file = Path(tempfile.mkstemp(prefix="rllm-bench-gw-", suffix=".json")[1])
-    cmd = [sys.executable, __file__, "--loadgen", "--port", str(port), "--path", path, "--workers", str(workers),
-           "--session-prefix", prefix, "--warmup", str(args.warmup), "--duration", str(args.duration),
-           "--watch", ",".join(f"{k}={v}" for k, v in watch.items()), "--result-file", str(result_file)]
+    cmd = [sys.executable, __file__, "--loadgen", "--ports", ",".join(map(str, ports)), "--path", path,
+           "--sessions", str(sessions), "--session-prefix", prefix, "--warmup", str(args.warmup),
+           "--duration", str(args.duration),
+           "--watch", ",".join(f"{k}={'+'.join(map(str, v))}" for k, v in watch.items()),
+           "--result-file", str(result_file)]
     try:
         subprocess.run(cmd, check=True, timeout=args.warmup + args.duration + 120)
         return json.loads(result_file.read_text())
@@ -226,17 +234,15 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def gateway_path(fsync: bool) -> str:
-    """The name of the gateway's row with the trace store's fsync on or off."""
-    return f"rllm-gateway (fsync {'on' if fsync else 'off'})"
+def gateway_path(fsync: bool, workers: int = 1) -> str:
+    """The name of the row of a gateway of ``workers`` processes with the trace store's fsync on or off."""
+    return f"rllm-gateway x{workers} (fsync {'on' if fsync else 'off'})"
 
 
-DURABILITY = {
-    "direct": "-",
-    gateway_path(False): "survives a killed gateway",
-    gateway_path(True): "survives power loss",
-    "litellm": "no traces",
-}
+def durability(name: str) -> str:
+    if name.startswith("rllm-gateway"):
+        return "survives power loss" if name.endswith("(fsync on)") else "survives a killed gateway"
+    return {"direct": "-", "litellm": "no traces"}[name]
 
 
 def target_lines(c: int, points: dict[str, Any]) -> list[str]:
@@ -259,7 +265,7 @@ def target_lines(c: int, points: dict[str, Any]) -> list[str]:
     if c == TARGET_THROUGHPUT_SESSIONS:
         for name, r in gateways:
             verdict = "PASS" if r["requests_per_s"] >= TARGET_THROUGHPUT_RPS else "FAIL"
-            which = ("the durable row: the target" if name == gateway_path(True)
+            which = ("the durable row: the target" if name.endswith("(fsync on)")
                      else "not power-loss durable: for reference, not the target")
             out.append(f"- {name}: {r['requests_per_s']:,.0f} req/s at {c} sessions (target >= "
                        f"{TARGET_THROUGHPUT_RPS:,} req/s with durable traces; {which}): {verdict}")
@@ -284,7 +290,7 @@ def report(results: dict[str, Any]) -> str:
             vs_litellm = (r["requests_per_s"] / litellm["requests_per_s"]
                           if litellm and litellm["requests_per_s"] > 0 and name.startswith("rllm-gateway") else None)
             cpu = r["cpu_cores"]
-            rows.append([name, DURABILITY[name], fmt(r["requests_per_s"], 0), fmt(r["p50_ms"]), fmt(r["p99_ms"]),
+            rows.append([name, durability(name), fmt(r["requests_per_s"], 0), fmt(r["p50_ms"]), fmt(r["p99_ms"]),
                          fmt(add50), fmt(add99), f"{vs_litellm:.1f}x" if vs_litellm else "-",
                          fmt(r["cpu_ms_per_request"][proxy], 3) if proxy else "-",
                          f"{cpu['loadgen'] * 100:.0f} / {cpu['upstream'] * 100:.0f} / "
@@ -297,26 +303,42 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def start_gateway(servers: Servers, tmp: Path, up_port: int, db: Path, fsync: bool) -> tuple[int, subprocess.Popen]:
-    port = free_port()
-    name = f"gateway-fsync-{'on' if fsync else 'off'}"
-    proc = servers.start(name, [str(Path(sys.executable).parent / "rllm"), "gateway", "--model", MODEL,
-                                "--port", str(port), "--upstream", f"http://127.0.0.1:{up_port}/v1",
-                                "--upstream-kind", "vllm", "--store", str(db), *(["--fsync"] if fsync else [])])
-    try:
-        wait_http(f"http://127.0.0.1:{port}/health", proc, timeout_s=120)
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}\n{tail(tmp / f'{name}.log')}") from None
-    return port, proc
+def scaling_report(results: dict[str, Any], fsync_modes: list[bool]) -> str:
+    """Requests/s of each gateway size at each concurrency, and its ratio to the one-process gateway."""
+    counts = results["workers"]
+    lines = ["\n**Scale-out: req/s by gateway worker processes (ratio to x1 at the same concurrency)**\n"]
+    rows = []
+    for fsync in fsync_modes:
+        for c in results["concurrency"]:
+            points = results["points"][str(c)]
+            base = points.get(gateway_path(fsync, 1), {}).get("requests_per_s")
+            cells = []
+            for n in counts:
+                rps = points[gateway_path(fsync, n)]["requests_per_s"]
+                cells.append(f"{rps:,.0f}" + (f" ({rps / base:.2f}x)" if base else ""))
+            rows.append([f"fsync {'on' if fsync else 'off'}", str(c), *cells])
+    lines.append(markdown_table(["trace store", "sessions", *[f"x{n} req/s" for n in counts]], rows))
+    return "\n".join(lines)
+
+
+def start_gateway(tmp: Path, up_port: int, db: Path, fsync: bool, workers: int) -> GatewayProcesses:
+    """A gateway of ``workers`` processes over the fake upstream, recording into ``db``: the same
+    processes ``rllm gateway --workers N --upstream-kind vllm`` starts."""
+    return GatewayProcesses(workers, model=MODEL, store_path=db, upstreams=[f"http://127.0.0.1:{up_port}/v1"],
+                            upstream_kind="vllm", fsync=fsync, log_dir=tmp / f"gateway-x{workers}-fsync-{fsync}",
+                            start_timeout_s=120).start()
 
 
 def orchestrate(args: argparse.Namespace) -> int:
     concurrency = [int(c) for c in args.concurrency.split(",")]
     fsync_modes = {"both": [False, True], "off": [False], "on": [True]}[args.fsync]
+    worker_counts = [int(n) for n in args.workers.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="rllm-bench-gateway-"))
     servers = Servers(tmp)
+    gateways: list[GatewayProcesses] = []
     store_dir: Path | None = None
-    results: dict[str, Any] = {"concurrency": concurrency, "duration_s": args.duration, "warmup_s": args.warmup,
+    results: dict[str, Any] = {"concurrency": concurrency, "workers": worker_counts, "duration_s": args.duration,
+                               "warmup_s": args.warmup,
                                "points": {}, "versions": versions(), "header": header_line(),
                                "load_average_start": os.getloadavg()[0]}
     try:
@@ -326,16 +348,20 @@ def orchestrate(args: argparse.Namespace) -> int:
         store_dir = Path(tempfile.mkdtemp(prefix="rllm-bench-store-", dir=args.store_dir))
         results["store_dir"] = str(store_dir)
         results["commit_ms"] = commit_latency_ms(store_dir)
-        paths: dict[str, tuple[int, str, dict[str, int]]] = {
-            "direct": (up_port, "/v1/chat/completions", {"upstream": up.pid}),
+        paths: dict[str, tuple[list[int], str, dict[str, list[int]]]] = {
+            "direct": ([up_port], "/v1/chat/completions", {"upstream": [up.pid]}),
         }
         stores: dict[str, Path] = {}
         for fsync in fsync_modes:
-            name = gateway_path(fsync)
-            stores[name] = store_dir / f"traces-fsync-{'on' if fsync else 'off'}.db"
-            gw_port, gw = start_gateway(servers, tmp, up_port, stores[name], fsync)
-            paths[name] = (gw_port, "/sessions/{session}/v1/chat/completions", {"upstream": up.pid, "gateway": gw.pid})
-            print(f"{name}: pid {gw.pid} :{gw_port}, store {stores[name]}", flush=True)
+            for n in worker_counts:
+                name = gateway_path(fsync, n)
+                stores[name] = store_dir / f"traces-x{n}-fsync-{'on' if fsync else 'off'}.db"
+                gw = start_gateway(tmp, up_port, stores[name], fsync, n)
+                gateways.append(gw)
+                ports = [int(u.rsplit(":", 1)[1]) for u in gw.urls]
+                paths[name] = (ports, "/sessions/{session}/v1/chat/completions",
+                               {"upstream": [up.pid], "gateway": gw.pids})
+                print(f"{name}: pids {gw.pids} ports {ports}, store {stores[name]}", flush=True)
         ll_port, ll_info = (None, "skipped (--skip-litellm)") if args.skip_litellm else start_litellm(servers, up_port)
         results["litellm"] = ll_info
         if ll_port is None:
@@ -343,16 +369,16 @@ def orchestrate(args: argparse.Namespace) -> int:
             if args.require_litellm:
                 raise RuntimeError(f"--require-litellm: LiteLLM did not run ({ll_info}); run scripts/setup_bench.sh")
         else:
-            paths["litellm"] = (ll_port, "/v1/chat/completions",
-                                {"upstream": up.pid, "litellm": servers.procs["litellm"].pid})
+            paths["litellm"] = ([ll_port], "/v1/chat/completions",
+                                {"upstream": [up.pid], "litellm": [servers.procs["litellm"].pid]})
         print(f"fake upstream pid {up.pid} :{up_port}"
               + (f", litellm pid {servers.procs['litellm'].pid} :{ll_port} ({ll_info})" if ll_port else ""), flush=True)
         results["paths"] = list(paths)
         answered = dict.fromkeys(stores, 0)
         for c in concurrency:
             results["points"][str(c)] = {}
-            for name, (port, path, watch) in paths.items():
-                r = run_point(args, port, path, c, f"bench-c{c}", watch)
+            for name, (ports, path, watch) in paths.items():
+                r = run_point(args, ports, path, c, f"bench-c{c}", watch)
                 results["points"][str(c)][name] = r
                 if name in answered:
                     answered[name] += r["answered_total"]
@@ -364,9 +390,11 @@ def orchestrate(args: argparse.Namespace) -> int:
             traces, trainable = count_traces(db)
             results["trace_check"][name] = {"traces": traces, "trainable": trainable, "answered": answered[name],
                                             "ok": traces == answered[name] == trainable}
-        sample = results["points"][str(concurrency[0])][gateway_path(fsync_modes[0])]["first_reply"]
+        sample = results["points"][str(concurrency[0])][gateway_path(fsync_modes[0], worker_counts[0])]["first_reply"]
         results["load_average_end"] = os.getloadavg()[0]
     finally:
+        for gw in gateways:
+            gw.stop()
         servers.close()
         if store_dir is not None:
             shutil.rmtree(store_dir, ignore_errors=True)
@@ -386,6 +414,7 @@ def orchestrate(args: argparse.Namespace) -> int:
     print(f"trace stores under {results['store_dir']}; one SQLite WAL commit with synchronous=FULL there takes "
           f"{results['commit_ms']:.2f} ms (median of 50): the floor under the fsync-on gateway's added latency")
     print(report(results))
+    print(scaling_report(results, fsync_modes))
     ok = True
     print()
     for name, tc in results["trace_check"].items():
@@ -408,11 +437,14 @@ def parse_args() -> argparse.Namespace:
                    help="the gateway's trace-store fsync: both (default: two gateways, one row each), off, on")
     p.add_argument("--gateway-fsync", action="store_const", const="on", dest="fsync",
                    help="the same as --fsync on (kept for older commands)")
+    p.add_argument("--workers", default="1,2,4", help="comma-separated gateway worker-process counts, one gateway "
+                   "(and one row) each (default: 1,2,4)")
     p.add_argument("--skip-litellm", action="store_true", help="measure direct and the gateway only")
     p.add_argument("--require-litellm", action="store_true",
                    help="fail when LiteLLM cannot run (CI: scripts/setup_bench.sh installs it)")
     p.add_argument("--quick", action="store_true",
-                   help="plumbing check (about a minute): 1 and 4 sessions, 0.5 s warm-up + 1 s per point")
+                   help="plumbing check (about a minute): 1 and 4 sessions, gateways of 1 and 2 workers, 0.5 s "
+                   "warm-up + 1 s per point")
     p.add_argument("--json", metavar="PATH", help="also write every number to PATH")
     p.add_argument("--store-dir", metavar="DIR", help="where the gateway's trace stores go (default: the temp "
                    "dir); e.g. /dev/shm to see the gateway without the cost of fsync")
@@ -420,14 +452,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--fake-upstream", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--ports", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
-    p.add_argument("--workers", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--sessions", type=int, help=argparse.SUPPRESS)
     p.add_argument("--session-prefix", default="bench", help=argparse.SUPPRESS)
     p.add_argument("--watch", default="", help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.quick:
-        args.concurrency, args.warmup, args.duration = "1,4", 0.5, 1.0
+        args.concurrency, args.warmup, args.duration, args.workers = "1,4", 0.5, 1.0, "1,2"
     return args
 
 
