@@ -11,7 +11,10 @@ Routes (each ``/v1`` route also under ``/sessions/{session_id}``):
 - ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not; ``n``, ``stop``, ``seed``,
   ``tools`` / ``tool_choice``, ``logprobs``), ``GET /v1/models``;
 - ``POST /sessions`` (create, with sampling overrides), ``GET /sessions``, ``GET /sessions/{id}``,
-  ``DELETE /sessions/{id}``, ``GET /sessions/{id}/traces``, ``GET /traces`` (query), ``GET /health``.
+  ``DELETE /sessions/{id}``, ``GET /sessions/{id}/traces``, ``GET /traces`` (query), ``GET /health``;
+- ``POST /admin/policy`` (``{"model", "weight_version"}``): which model/adapter name an HTTP upstream asks
+  for from now on and the weight version its traces record (the trainer's weight sync sets it, possibly
+  from another process).
 
 Every error, bad input included, comes back in OpenAI's error shape with a 4xx status.
 """
@@ -71,6 +74,16 @@ class SessionCreate(BaseModel):
         if v is not None and not SESSION_ID.match(v):
             raise ValueError(_SESSION_ID_RULE)
         return v
+
+
+class PolicyUpdate(BaseModel):
+    """Body of ``POST /admin/policy``: the model (or LoRA adapter) name later calls ask the upstream for
+    (null keeps the current one) and the weight version their traces record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, min_length=1)
+    weight_version: int = Field(ge=0, lt=2**63)
 
 
 class _GatewayState:
@@ -239,6 +252,14 @@ def create_app(
         return JSONResponse({"traces": [{"seq": seq, **t.public()} for seq, t in rows],
                              "last_seq": rows[-1][0] if rows else q.after_seq})
 
+    async def set_policy(request: Request) -> Response:
+        body = _parse(await body_of(request), PolicyUpdate)
+        if not hasattr(state.upstream, "set_policy"):
+            raise OpenAIError(400, f"the upstream {state.upstream.name!r} has no policy to set: an in-process "
+                                   "engine takes its weights (and version) from the trainer directly")
+        state.upstream.set_policy(body.model, body.weight_version)
+        return JSONResponse({"model": getattr(state.upstream, "model", None), "weight_version": body.weight_version})
+
     async def health(request: Request) -> Response:
         h = await state.upstream.health()
         return JSONResponse(h, status_code=200 if h.get("ok") else 503)
@@ -256,6 +277,7 @@ def create_app(
         Route("/sessions/{session_id}/traces", session_traces, methods=["GET"]),
         Route("/traces", query_traces, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/admin/policy", set_policy, methods=["POST"]),
     ]
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -13,8 +13,15 @@ The client never sees these extra fields: the gateway builds its reply from the 
 
 Routing: a session sticks to the worker that served its first call (its prefix cache stays warm for the
 next turn); a new session, or one whose worker is down, goes to the least-loaded healthy worker.
-Connection errors and 5xx answers are retried on another worker; a background task re-checks worker
-health every ``health_interval_s``.
+Connection errors and 5xx answers are retried on another worker (the session then sticks to that one;
+the call is counted in ``rerouted``); a worker whose connection failed is marked unhealthy and skipped until
+the background health check (every ``health_interval_s``) sees its ``/health`` answer 200 again. A worker
+the owner ``retire``s (e.g. one that missed a weight sync) is never routed to again.
+
+**Policy.** The upstream names the model every call asks for (``model``: the served base model, or a LoRA
+adapter loaded into every worker) and the ``weight_version`` those weights are; :meth:`set_policy` switches
+both at once (the gateway's ``POST /admin/policy`` calls it), and each result records the version of the
+model name its request was sent with.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class Worker:
     served: int = 0
     failures: int = 0
     last_error: str | None = None
+    retired: bool = False  # taken out of the pool by its owner: never routed to, whatever its health
 
     @property
     def root(self) -> str:
@@ -74,12 +82,15 @@ class HTTPUpstream:
         retries: int = 2,
         health_interval_s: float = 5.0,
         max_sticky_sessions: int = 100_000,
+        weight_version: int = 0,
     ) -> None:
         if not urls:
             raise ValueError("HTTPUpstream needs at least one upstream URL")
         self.workers = [Worker(_base_url(u)) for u in urls]
         self.kind: Kind | Literal["auto"] = kind
         self.model = model
+        self.weight_version = weight_version
+        self.rerouted = 0  # calls served by another worker after the one they were sent to failed
         self.retries = retries
         self.health_interval_s = health_interval_s
         self.max_sticky_sessions = max_sticky_sessions
@@ -161,8 +172,39 @@ class HTTPUpstream:
             await asyncio.sleep(self.health_interval_s)
             await asyncio.gather(*(self.check(w) for w in self.workers))
 
+    def set_policy(self, model: str | None, weight_version: int) -> None:
+        """Ask for ``model`` (a served model or adapter name; None: keep the current one) from now on, and
+        record its results as ``weight_version``. Calls already sent keep the name and version they went
+        out with."""
+        if model is not None:
+            self.model = model
+        self.weight_version = weight_version
+
+    def retire(self, url: str) -> None:
+        """Take the worker at ``url`` out of the pool for good (it missed a weight sync: what it serves would
+        be recorded under a version it does not hold)."""
+        for w in self.workers:
+            if w.base_url == _base_url(url):
+                w.retired, w.healthy = True, False
+                return
+        raise ValueError(f"no upstream worker {url!r}")
+
+    def metrics(self) -> dict[str, float]:
+        """Pool counters (cumulative since start): workers healthy, calls re-routed after a failure, worker
+        failures (connection errors and 5xx answers), workers retired."""
+        return {
+            "pool/servers": float(len(self.workers)),
+            "pool/servers_healthy": float(sum(w.healthy and not w.retired for w in self.workers)),
+            "pool/servers_retired": float(sum(w.retired for w in self.workers)),
+            "pool/calls_rerouted": float(self.rerouted),
+            "pool/worker_failures": float(sum(w.failures for w in self.workers)),
+            "pool/weight_version": float(self.weight_version),
+        }
+
     async def check(self, w: Worker) -> bool:
         """Probe one worker (``/health`` of vLLM/SGLang, ``/v1/models`` elsewhere); update its state."""
+        if w.retired:
+            return False
         url = f"{w.root}/health" if self.kind in ("vllm", "sglang") else f"{w.base_url}/models"
         try:
             ok = (await self._get(url, 5))[0] == 200
@@ -179,12 +221,13 @@ class HTTPUpstream:
         """The session's sticky worker if it is healthy, else the least-loaded healthy one (which then
         becomes sticky). None when no worker outside ``exclude`` is healthy."""
         w = self._sticky.get(session_id)
-        if w is not None and w.healthy and w.base_url not in exclude:
+        if w is not None and w.healthy and not w.retired and w.base_url not in exclude:
             self._sticky.move_to_end(session_id)
             return w
-        candidates = [w for w in self.workers if w.healthy and w.base_url not in exclude]
+        live = [w for w in self.workers if not w.retired and w.base_url not in exclude]
+        candidates = [w for w in live if w.healthy]
         if not candidates:  # every worker failed a check: try the unhealthy ones rather than give up
-            candidates = [w for w in self.workers if w.base_url not in exclude]
+            candidates = live
         if not candidates:
             return None
         w = min(candidates, key=lambda w: (w.inflight, w.served))
@@ -196,6 +239,9 @@ class HTTPUpstream:
     # ------------------------------------------------------------------ calls
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
         await self.start()
+        # Name and version are read together, before any await: the result is recorded under the version
+        # of the weights its request asked for, even if the policy switches while it runs.
+        version = self.weight_version
         payload = json.dumps(self.request_body(request)).encode()
         path = "/chat/completions" if request.endpoint == "chat.completions" else "/completions"
         tried: set[str] = set()
@@ -204,6 +250,8 @@ class HTTPUpstream:
             w = self.pick(session_id, tried)
             if w is None:
                 break
+            if tried:
+                self.rerouted += 1
             tried.add(w.base_url)
             w.inflight += 1
             try:
@@ -228,7 +276,9 @@ class HTTPUpstream:
             except ValueError as exc:
                 raise UpstreamError(502, f"the upstream reply is not JSON: {raw[:200]!r}") from exc
             w.served += 1
-            return self.parse_response(data, request, upstream=w.base_url)
+            result = self.parse_response(data, request, upstream=w.base_url)
+            result.weight_version = version
+            return result
         raise UpstreamError(502, f"no upstream worker could serve the request ({last})")
 
     def request_body(self, request: UpstreamRequest) -> dict[str, Any]:
@@ -295,9 +345,11 @@ class HTTPUpstream:
 
     async def health(self) -> dict[str, Any]:
         return {
-            "ok": any(w.healthy for w in self.workers), "kind": self.kind, "model": self.model,
-            "workers": [{"url": w.base_url, "healthy": w.healthy, "inflight": w.inflight, "served": w.served,
-                         "failures": w.failures, "last_error": w.last_error} for w in self.workers],
+            "ok": any(w.healthy and not w.retired for w in self.workers), "kind": self.kind, "model": self.model,
+            "weight_version": self.weight_version, "calls_rerouted": self.rerouted,
+            "workers": [{"url": w.base_url, "healthy": w.healthy, "retired": w.retired, "inflight": w.inflight,
+                         "served": w.served, "failures": w.failures, "last_error": w.last_error}
+                        for w in self.workers],
         }
 
     async def aclose(self) -> None:

@@ -160,8 +160,11 @@ class _SamplingRequest(BaseModel):
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    # vLLM's extension, spoken here too: the reply carries the prompt and completion token ids.
+    # vLLM's extensions, spoken here too: the reply carries the prompt and completion token ids; top_k
+    # (0 or -1: off) and ignore_eos sample as in vLLM.
     return_token_ids: bool | None = None
+    top_k: int | None = Field(None, ge=-1, le=2**31)
+    ignore_eos: bool | None = None
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> _SamplingRequest:
@@ -180,6 +183,10 @@ class _SamplingRequest(BaseModel):
             kwargs["top_p"] = self.top_p
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
+        if self.top_k is not None and self.top_k > 0:
+            kwargs["top_k"] = self.top_k
+        if self.ignore_eos:
+            kwargs["ignore_eos"] = True
         return SamplingParams(**kwargs)
 
 

@@ -50,7 +50,7 @@ def default_vllm_python() -> Path:
     return root / "bin" / "python"
 
 
-def _cpu_list(cpus: Sequence[int]) -> str:
+def cpu_list(cpus: Sequence[int]) -> str:
     """Format CPU ids compactly the way ``VLLM_CPU_OMP_THREADS_BIND`` reads them: ``0-3,6``."""
     runs: list[list[int]] = []
     for cpu in sorted(set(cpus)):
@@ -76,7 +76,7 @@ def cpu_env(kvcache_space_gib: int = 2) -> dict[str, str]:
     except AttributeError:  # not Linux
         cpus = list(range(os.cpu_count() or 1))
     env = {
-        "VLLM_CPU_OMP_THREADS_BIND": _cpu_list(cpus),
+        "VLLM_CPU_OMP_THREADS_BIND": cpu_list(cpus),
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
         "VLLM_CPU_KVCACHE_SPACE": str(kvcache_space_gib),
     }
@@ -103,6 +103,81 @@ class VLLMServerError(RuntimeError):
     """The vLLM server could not be started (missing venv, crash during start-up, or time-out)."""
 
 
+class VLLMWeightsError(RuntimeError):
+    """A running vLLM server refused or failed a weight update (adapter load/unload, weight reload)."""
+
+
+class VLLMUnreachableError(VLLMWeightsError):
+    """The server did not accept a connection, or dropped it without answering: it is down."""
+
+
+# vLLM accepts only these --max-lora-rank values (vllm.config.lora.MaxLoRARanks in 0.32).
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def max_lora_rank_for(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM accepts that holds adapters of ``rank``."""
+    for r in MAX_LORA_RANKS:
+        if r >= rank:
+            return r
+    raise ValueError(f"LoRA rank {rank} is above the largest --max-lora-rank vLLM accepts ({MAX_LORA_RANKS[-1]})")
+
+
+def _post(url: str, body: dict | None, *, timeout_s: float, what: str, params: dict | None = None) -> httpx.Response:
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+            resp = client.post(url, json=body, params=params)
+    except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+        raise VLLMUnreachableError(f"{what}: {url} unreachable ({type(exc).__name__}: {exc})") from exc
+    except httpx.HTTPError as exc:
+        raise VLLMWeightsError(f"{what}: {url} failed ({type(exc).__name__}: {exc})") from exc
+    if resp.status_code != 200:
+        raise VLLMWeightsError(f"{what}: {url} answered {resp.status_code}: {_error_message(resp)}")
+    return resp
+
+
+def _error_message(resp: httpx.Response) -> str:
+    try:
+        data = resp.json()
+        err = data.get("error", data) if isinstance(data, dict) else data
+        return str(err.get("message", err) if isinstance(err, dict) else err)[:500]
+    except ValueError:
+        return resp.text[:500]
+
+
+def load_lora_adapter(url: str, name: str, path: str | os.PathLike[str], *, timeout_s: float = 120.0) -> None:
+    """Load the PEFT adapter directory ``path`` into the server at ``url`` (its root) as model ``name``.
+
+    Needs a server started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (else the
+    route is a 404). vLLM checks the adapter's rank against ``--max-lora-rank`` here."""
+    _post(f"{url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, timeout_s=timeout_s,
+          what=f"loading LoRA adapter {name!r} from {path}")
+
+
+def unload_lora_adapter(url: str, name: str, *, timeout_s: float = 60.0) -> None:
+    """Unload the adapter served as ``name`` from the server at ``url``."""
+    _post(f"{url}/v1/unload_lora_adapter", {"lora_name": name}, timeout_s=timeout_s,
+          what=f"unloading LoRA adapter {name!r}")
+
+
+def reload_weights(url: str, model_dir: str | os.PathLike[str], *, timeout_s: float = 600.0) -> None:
+    """Replace the weights of the server at ``url`` in place with the Hugging Face checkpoint in
+    ``model_dir`` (same architecture and names), then drop its prefix cache (computed with the old weights).
+
+    Uses vLLM's development routes (a server started with ``VLLM_SERVER_DEV_MODE=1``): ``/pause`` (mode
+    ``wait``: running requests finish first), ``/collective_rpc`` calling every worker's ``reload_weights``
+    with ``weights_path``, ``/reset_prefix_cache``, ``/resume``. The server resumes even when the reload
+    failed, and the error is raised."""
+    what = f"reloading weights from {model_dir}"
+    _post(f"{url}/pause", None, params={"mode": "wait"}, timeout_s=timeout_s, what=what)
+    try:
+        _post(f"{url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)},
+                                        "timeout": timeout_s}, timeout_s=timeout_s, what=what)
+        _post(f"{url}/reset_prefix_cache", None, timeout_s=60.0, what=what)
+    finally:
+        _post(f"{url}/resume", None, timeout_s=60.0, what=what)
+
+
 class VLLMServer:
     """A vLLM OpenAI-compatible server in a child process, for the lifetime of a ``with`` block.
 
@@ -121,6 +196,12 @@ class VLLMServer:
       ``auto``), so the request alone decides the sampling; that file's eos ids still apply.
     - ``enforce_eager=True``: skips torch.compile, whose warm-up takes ~100 s on 2 cores (start in
       ~40-70 s instead of ~140-175 s) for no measurable speed-up on small models.
+
+    For RL weight sync: ``enable_lora`` adds ``--enable-lora --max-lora-rank R --max-loras N`` and
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (adapters hot-loaded with :meth:`load_adapter`; ``max_loras``
+    defaults to 2 so the next version loads while the current one still serves); ``dev_mode`` sets
+    ``VLLM_SERVER_DEV_MODE=1`` (the routes :meth:`reload_weights` uses for a full fine-tune).
+    ``tensor_parallel_size`` and ``gpu_memory_utilization`` are passed through when set (GPU servers).
 
     ``extra_args`` are appended to the command line (they can override the flags above); ``env``
     adds to the child's environment. The server's output goes to ``log_path`` (default: a temporary
@@ -142,6 +223,12 @@ class VLLMServer:
         enforce_eager: bool = True,
         max_logprobs: int | None = None,
         seed: int | None = None,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float | None = None,
+        enable_lora: bool = False,
+        max_lora_rank: int = 16,
+        max_loras: int = 2,
+        dev_mode: bool = False,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         kvcache_space_gib: int = 2,
@@ -160,6 +247,14 @@ class VLLMServer:
         self.enforce_eager = enforce_eager
         self.max_logprobs = max_logprobs
         self.seed = seed
+        self.tensor_parallel_size = tensor_parallel_size
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.enable_lora = enable_lora
+        if enable_lora and max_lora_rank not in MAX_LORA_RANKS:
+            raise ValueError(f"max_lora_rank={max_lora_rank} is not one vLLM accepts: use one of {MAX_LORA_RANKS}")
+        self.max_lora_rank = max_lora_rank
+        self.max_loras = max_loras
+        self.dev_mode = dev_mode
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.kvcache_space_gib = kvcache_space_gib
@@ -209,6 +304,12 @@ class VLLMServer:
             cmd += ["--max-logprobs", str(self.max_logprobs)]
         if self.seed is not None:
             cmd += ["--seed", str(self.seed)]
+        if self.tensor_parallel_size != 1:
+            cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.gpu_memory_utilization is not None:
+            cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.enable_lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
         return cmd + self.extra_args
 
     def child_env(self) -> dict[str, str]:
@@ -218,6 +319,10 @@ class VLLMServer:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")  # no network calls home
         env.setdefault("DO_NOT_TRACK", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local directory; never ask the hub
+        if self.enable_lora:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # the /v1/load_lora_adapter route
+        if self.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # /pause, /collective_rpc, /reset_prefix_cache, /resume
         env.update(self.env)
         # Our venv's variables must not leak into the vLLM venv's Python.
         env.pop("VIRTUAL_ENV", None)
@@ -313,6 +418,23 @@ class VLLMServer:
         if self._own_log and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
             self.log_path = None
+
+    @property
+    def pgid(self) -> int | None:
+        """The server's process group id (API server, engine core and workers), while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    # --- weights (blocking HTTP calls to the running server) -----------------------------------------
+    def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Hot-load a PEFT adapter directory as model ``name`` (see :func:`load_lora_adapter`)."""
+        load_lora_adapter(self.url, name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        unload_lora_adapter(self.url, name)
+
+    def reload_weights(self, model_dir: str | os.PathLike[str]) -> None:
+        """Replace the served weights with a checkpoint directory (see :func:`reload_weights`)."""
+        reload_weights(self.url, model_dir)
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the server's log ("" when there is none)."""

@@ -1,0 +1,505 @@
+"""Rollouts on a pool of vLLM servers, behind the gateway, with the trainer's weights synced into them.
+
+``VLLMPoolEngine`` is the trainer's inference engine when ``inference.engine=vllm``. It starts N vLLM
+OpenAI servers as subprocesses (:class:`~rllm.inference.vllm_server.VLLMServer`, each with its own
+settings) or attaches to running ones (``inference.vllm.urls``), and puts an embedded gateway in front of
+them (:func:`~rllm.gateway.app.create_app` over an :class:`~rllm.gateway.http_upstream.HTTPUpstream`):
+every sample, from the built-in workflows (:meth:`generate`) and from ``@rllm.rollout`` agents alike
+(``gateway_url``), goes through that gateway, which routes by session, fails over to another server when
+one dies, and records each call's token ids, logprobs and weight version in the trace store.
+
+Weight sync (:meth:`sync_from`, called by ``TrainingBackend.sync_weights_to`` after every optimizer step):
+
+- **LoRA**: the backend writes its adapter to ``sync_dir/v{version}`` (PEFT format); every server
+  hot-loads it as model ``rllm-v{version}`` (``POST /v1/load_lora_adapter``); then the gateway's policy
+  switches to that name and version (``POST /admin/policy``) and the previous adapter is unloaded.
+- **Full fine-tune**: the backend exports a Hugging Face checkpoint to ``sync_dir/v{version}``; every
+  server reloads its weights from it in place (vLLM's dev routes: ``/pause`` → ``/collective_rpc``
+  ``reload_weights`` → ``/reset_prefix_cache`` → ``/resume``); then the gateway's version switches.
+
+The version is switched only after every server in the pool took the new weights. A server that is up and
+refuses them fails the sync (:class:`VLLMSyncError`: the trainer aborts the step); a server that is down
+(its process gone, its port closed) is retired from the pool for good instead, since whatever it would
+serve after coming back would be recorded under a version it does not hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import shutil
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import httpx
+
+from rllm.gateway.app import create_app
+from rllm.gateway.http_upstream import HTTPUpstream
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceQuery, TraceStore
+from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.vllm_server import (
+    MAX_LORA_RANKS,
+    VLLMServer,
+    VLLMServerError,
+    VLLMUnreachableError,
+    VLLMWeightsError,
+    cpu_list,
+    default_vllm_python,
+    load_lora_adapter,
+    max_lora_rank_for,
+    reload_weights,
+    unload_lora_adapter,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from rllm.trainer.config import TrainConfig, VLLMPoolConfig
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_PREFIX = "rllm-v"
+GATEWAY_MODEL_NAME = "policy"  # what the gateway's clients see as the model, whatever the servers serve
+
+
+class VLLMPoolError(ValueError):
+    """The pool cannot start as configured (no vLLM venv, a server that failed to start, a LoRA rank the
+    servers cannot hold ...). One line saying what to change; nothing is left running."""
+
+
+class VLLMSyncError(RuntimeError):
+    """A weight sync failed: which server, and why. The pool still samples from the previous version."""
+
+
+class VLLMCallError(RuntimeError):
+    """A sampling call through the gateway failed (every server refused or was unreachable)."""
+
+
+def split_cpus(num_servers: int) -> list[str] | None:
+    """CPU build: disjoint ``VLLM_CPU_OMP_THREADS_BIND`` sets, one per server on this host (servers sharing
+    every core would each spin OpenMP threads on all of them); None when there is one server, fewer CPUs
+    than servers, or the user set the variable."""
+    if num_servers < 2 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return None
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return None
+    if len(cpus) < num_servers:
+        return None
+    per = len(cpus) // num_servers
+    return [cpu_list(cpus[i * per:(i + 1) * per]) for i in range(num_servers)]
+
+
+class VLLMPoolEngine:
+    """An inference engine whose samples come from a pool of vLLM servers through an embedded gateway.
+
+    Build with :meth:`from_config` (or the constructor), then :meth:`start`; :meth:`close` stops what it
+    started (servers, gateway, trace store). ``weight_version`` is the version the gateway records on new
+    calls; ``stats["generated_tokens"]`` counts sampled tokens; :meth:`metrics` reports the pool's health.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        settings: VLLMPoolConfig,
+        *,
+        trace_store_path: str | Path,
+        sync_dir: str | Path,
+        lora_rank: int | None = None,
+        max_model_len: int = 2048,
+        seed: int | None = None,
+        tool_format: str = "hermes",
+        log_dir: str | Path | None = None,
+        call_timeout_s: float = 600.0,
+    ) -> None:
+        self.model_path = str(model_path)
+        self.settings = settings
+        self.trace_store_path = Path(trace_store_path)
+        self.sync_dir = Path(settings.sync_dir) if settings.sync_dir else Path(sync_dir)
+        self.lora = lora_rank is not None
+        self.lora_rank = lora_rank
+        self.max_model_len = max_model_len
+        self.seed = seed
+        self.tool_format = tool_format
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.call_timeout_s = call_timeout_s
+        self.max_lora_rank = self._check_settings()
+        self.weight_version = 0
+        self.stats: dict[str, float] = {"calls": 0, "generated_tokens": 0, "weight_syncs": 0, "weight_sync_s": 0.0}
+        self.servers: list[VLLMServer] = []
+        self.urls: list[str] = []  # server roots, http://HOST:PORT
+        self.gateway_url = ""
+        self.trace_store: TraceStore | None = None
+        self.tokenizer: Any = None
+        self.pad_id = 0
+        self._renderer: Any = None
+        self._upstream: HTTPUpstream | None = None
+        self._gateway: GatewayServer | None = None
+        self._policy_model: str | None = None  # the adapter now served (LoRA), None: the base model
+        # Bumped before and after every policy switch: a call that saw it even and unchanged knows its version
+        # without asking the trace store.
+        self._switches = 0
+        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @classmethod
+    def from_config(
+        cls, cfg: TrainConfig, model_path: str | Path, *, trace_store_path: str | Path, sync_dir: str | Path,
+        log_dir: str | Path | None = None,
+    ) -> VLLMPoolEngine:
+        """The pool ``cfg.inference.vllm`` describes, for a LoRA run when ``cfg.lora.enabled``.
+        ``sync_dir`` is used when ``inference.vllm.sync_dir`` is null."""
+        return cls(
+            model_path, cfg.inference.vllm, trace_store_path=trace_store_path, sync_dir=sync_dir,
+            lora_rank=cfg.lora.rank if cfg.lora.enabled else None, seed=cfg.trainer.seed, log_dir=log_dir,
+        )
+
+    # ------------------------------------------------------------------ configuration
+    def _check_settings(self) -> int | None:
+        """Refuse, before anything starts, what the pool could never honour; returns ``--max-lora-rank``."""
+        s = self.settings
+        if s.gateway_workers != 1:
+            raise VLLMPoolError(f"inference.vllm.gateway_workers={s.gateway_workers}: the vLLM pool engine runs one "
+                                "embedded gateway process; set gateway_workers=1")
+        if s.urls and s.servers:
+            raise VLLMPoolError("inference.vllm.servers overrides settings of started servers: drop it when "
+                                "inference.vllm.urls attaches to running ones")
+        if not s.urls and s.servers and len(s.servers) != s.num_servers:
+            raise VLLMPoolError(f"inference.vllm.servers has {len(s.servers)} entries for num_servers="
+                                f"{s.num_servers}: give one entry per server (or none)")
+        if not s.urls:
+            python = Path(s.python) if s.python else default_vllm_python()
+            if not python.exists():
+                raise VLLMPoolError(f"no vLLM venv Python at {python}: run scripts/setup_vllm.sh (or set "
+                                    "inference.vllm.python / $RLLM_VLLM_VENV)")
+            if not Path(self.model_path).is_dir():
+                raise VLLMPoolError(f"the vLLM servers need a local model directory; {self.model_path} is not one")
+        if self.lora_rank is None:
+            return None
+        if s.max_lora_rank is None:
+            try:
+                return max_lora_rank_for(self.lora_rank)
+            except ValueError as exc:
+                raise VLLMPoolError(f"lora.rank={self.lora_rank}: {exc}") from None
+        if s.max_lora_rank not in MAX_LORA_RANKS:
+            raise VLLMPoolError(f"inference.vllm.max_lora_rank={s.max_lora_rank} is not a value vLLM accepts: use "
+                                f"one of {', '.join(map(str, MAX_LORA_RANKS))}")
+        if self.lora_rank > s.max_lora_rank:
+            raise VLLMPoolError(f"lora.rank={self.lora_rank} is above inference.vllm.max_lora_rank="
+                                f"{s.max_lora_rank}: the servers could not load the adapter; raise max_lora_rank "
+                                f"to {max_lora_rank_for(self.lora_rank)} or lower lora.rank")
+        return s.max_lora_rank
+
+    def _make_servers(self) -> list[VLLMServer]:
+        s = self.settings
+        name = Path(self.model_path).name
+        cpu_sets = split_cpus(s.num_servers)
+        servers = []
+        for i in range(s.num_servers):
+            o = s.servers[i] if s.servers else None
+            log_path = self.log_dir / f"vllm-{i}.log" if self.log_dir is not None else None
+            util = o.gpu_memory_utilization if o and o.gpu_memory_utilization is not None else s.gpu_memory_utilization
+            servers.append(VLLMServer(
+                self.model_path, python=s.python, served_model_name=name, max_model_len=self.max_model_len,
+                dtype=s.dtype, seed=self.seed, kvcache_space_gib=s.kvcache_space_gib,
+                startup_timeout=s.startup_timeout_s, log_path=log_path,
+                tensor_parallel_size=o.tensor_parallel_size if o and o.tensor_parallel_size else s.tensor_parallel_size,
+                # 0.9 is vLLM's own default: not passed, so CPU servers get no GPU flag they do not need.
+                gpu_memory_utilization=None if util == 0.9 else util,
+                extra_args=o.extra_args if o and o.extra_args is not None else s.extra_args,
+                enable_lora=self.lora, max_lora_rank=self.max_lora_rank or 16,
+                dev_mode=not self.lora,  # a full fine-tune reloads weights through vLLM's dev routes
+                env={"VLLM_CPU_OMP_THREADS_BIND": cpu_sets[i]} if cpu_sets else None,
+            ))
+        return servers
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Self:
+        """Start (or attach to) the servers and the gateway in front of them. Raises :class:`VLLMPoolError`
+        with nothing left running when any part fails."""
+        try:
+            if self.settings.urls:
+                self.urls = [u.rstrip("/").removesuffix("/v1") for u in self.settings.urls]
+                self._check_attached()
+                base_model = None  # the upstream reads it from the first server's /v1/models
+            else:
+                self.servers = self._make_servers()
+                self._start_servers()
+                self.urls = [srv.url for srv in self.servers]
+                base_model = self.servers[0].served_model_name
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            pad = self.tokenizer.pad_token_id
+            self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
+            self.trace_store = TraceStore(self.trace_store_path)
+            self._upstream = HTTPUpstream(self.urls, kind="vllm", model=base_model, health_interval_s=2.0,
+                                          timeout_s=self.call_timeout_s)
+            app = create_app(self._upstream, self.trace_store, model_name=GATEWAY_MODEL_NAME)
+            self._gateway = GatewayServer(app).start()
+            self.gateway_url = self._gateway.url
+            health = httpx.get(f"{self.gateway_url}/health", timeout=30.0, trust_env=False)
+            if health.status_code != 200:
+                raise VLLMPoolError(f"the gateway reaches no vLLM server: {health.text[:300]}")
+        except BaseException:
+            self.close()
+            raise
+        logger.info("vLLM pool: %d server(s) %s behind the gateway at %s", len(self.urls), ", ".join(self.urls),
+                    self.gateway_url)
+        return self
+
+    def _start_servers(self) -> None:
+        """Start every server at once (each start is mostly waiting); on any failure stop them all."""
+        with ThreadPoolExecutor(max_workers=len(self.servers)) as pool:
+            futures = [pool.submit(srv.start) for srv in self.servers]
+            errors = [(i, f.exception()) for i, f in enumerate(futures) if f.exception() is not None]
+        if errors:
+            i, exc = errors[0]
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if isinstance(exc, VLLMServerError):
+                raise VLLMPoolError(f"vLLM server {i} of {len(self.servers)} failed to start: {first}") from exc
+            raise VLLMPoolError(f"vLLM server {i} failed to start: {type(exc).__name__}: {first}") from exc
+
+    def _check_attached(self) -> None:
+        """Attached servers must be up and expose the routes this run's weight sync needs."""
+        with httpx.Client(timeout=10.0, trust_env=False) as client:
+            for url in self.urls:
+                try:
+                    client.get(f"{url}/health").raise_for_status()
+                    # A route that exists answers a bad body with 400/422; a missing one is a 404.
+                    if self.lora:
+                        if client.post(f"{url}/v1/load_lora_adapter", json={}).status_code == 404:
+                            raise VLLMPoolError(f"vLLM server {url} cannot hot-load LoRA adapters: start it with "
+                                                "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
+                    elif client.get(f"{url}/is_paused").status_code == 404:
+                        raise VLLMPoolError(f"vLLM server {url} cannot reload weights (a full fine-tune): start "
+                                            "it with VLLM_SERVER_DEV_MODE=1")
+                except httpx.HTTPError as exc:
+                    raise VLLMPoolError(f"vLLM server {url} does not answer: {type(exc).__name__}: {exc}") from exc
+        if self.lora:
+            self._probe_lora_rank()
+
+    def _probe_lora_rank(self) -> None:
+        """Load a zero adapter of the run's rank into every attached server and unload it again: a server
+        started with a smaller ``--max-lora-rank`` refuses it now rather than at the first weight sync."""
+        from rllm.inference.lora_probe import write_probe_adapter
+
+        probe = write_probe_adapter(self.model_path, self.sync_dir / "rank-probe", rank=self.lora_rank or 1)
+        if probe is None:
+            logger.warning("cannot build a LoRA probe for %s: the servers' --max-lora-rank is checked at the "
+                           "first weight sync", self.model_path)
+            return
+        try:
+            for url in self.urls:
+                try:
+                    load_lora_adapter(url, "rllm-rank-probe", probe)
+                except VLLMWeightsError as exc:
+                    if "max_lora_rank" in str(exc):
+                        raise VLLMPoolError(f"vLLM server {url} was started with a --max-lora-rank below lora.rank="
+                                            f"{self.lora_rank}: restart it with --max-lora-rank "
+                                            f"{max_lora_rank_for(self.lora_rank or 1)} (or more)") from exc
+                    raise VLLMPoolError(f"vLLM server {url} cannot load a rank-{self.lora_rank} adapter: {exc}") from exc
+                unload_lora_adapter(url, "rllm-rank-probe")
+        finally:
+            shutil.rmtree(probe, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the gateway, close the trace store and stop the servers this engine started (idempotent)."""
+        if self._gateway is not None:
+            self._gateway.stop()
+            self._gateway = None
+        if self.trace_store is not None:
+            self.trace_store.close()
+            self.trace_store = None
+        servers, self.servers = self.servers, []
+        if servers:
+            with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+                list(pool.map(lambda srv: srv.stop(), servers))
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ sampling
+    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+        """Prompt ids for OpenAI-format messages, rendered here exactly as the gateway's local upstream does."""
+        if self._renderer is None:
+            from rllm.inference.chat_template import ChatRenderer
+
+            self._renderer = ChatRenderer(self.tokenizer, tool_format=self.tool_format)
+        return self._renderer.render_ids(messages, tools=tools)
+
+    def _http(self) -> aiohttp.ClientSession:
+        """One client session per event loop (a session belongs to the loop it was made in)."""
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.call_timeout_s),
+                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
+            )
+            self._sessions[loop] = session
+        return session
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, session_id: str | None = None
+    ) -> list[Completion]:
+        """Sample ``params.n`` continuations of ``prompt_ids`` through the gateway, in session ``session_id``
+        (the episode: its calls stick to one server; default: a session of its own)."""
+        if not prompt_ids:
+            raise ValueError("generate() needs at least one prompt token")
+        if not self.gateway_url:
+            raise RuntimeError("the vLLM pool is not started: call start() first")
+        body: dict[str, Any] = {
+            "model": GATEWAY_MODEL_NAME, "prompt": list(prompt_ids), "n": params.n, "max_tokens": params.max_tokens,
+            "temperature": params.temperature, "top_p": params.top_p, "logprobs": 0, "return_token_ids": True,
+        }
+        if params.top_k:
+            body["top_k"] = params.top_k
+        if params.stop:
+            body["stop"] = params.stop
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.ignore_eos:
+            body["ignore_eos"] = True
+        sid = session_id or f"gen-{uuid.uuid4().hex}"
+        switches, version = self._switches, self.weight_version
+        async with self._http().post(f"{self.gateway_url}/sessions/{sid}/v1/completions", json=body) as resp:
+            status, data = resp.status, await resp.json(content_type=None)
+        if status != 200:
+            message = data.get("error", {}).get("message") if isinstance(data, dict) else data
+            raise VLLMCallError(f"the gateway answered {status}: {message}")
+        if switches % 2 or switches != self._switches:  # the policy switched meanwhile: ask what was recorded
+            version = await self._recorded_version(sid, data["id"])
+        completions = []
+        for c in sorted(data["choices"], key=lambda c: c["index"]):
+            if "token_ids" not in c:
+                raise VLLMCallError("the gateway returned no token ids: its upstream is not a vLLM server")
+            ids = list(c["token_ids"])
+            logprobs = [-math.inf if lp <= -9999.0 else float(lp) for lp in c["logprobs"]["token_logprobs"]]
+            completions.append(Completion(
+                prompt_ids=list(c["prompt_token_ids"]), completion_ids=ids, logprobs=logprobs, text=c["text"],
+                finish_reason=c["finish_reason"] or "length", weight_version=version,
+            ))
+            self.stats["generated_tokens"] += len(ids)
+        self.stats["calls"] += 1
+        return completions
+
+    async def _recorded_version(self, session_id: str, request_id: str) -> int:
+        store = self.trace_store
+        assert store is not None
+        rows = await asyncio.to_thread(store.query, TraceQuery(session_id=session_id, limit=10_000))
+        for _, trace in rows:
+            if trace.request_id == request_id:
+                return trace.weight_version
+        raise VLLMCallError(f"call {request_id} of session {session_id} is not in the trace store")
+
+    # ------------------------------------------------------------------ weight sync
+    def sync_from(self, backend: Any, version: int) -> None:
+        """Load the backend's current weights into every server as ``version``, then switch the gateway to
+        it (see the module docstring). Raises :class:`VLLMSyncError` naming the server that failed."""
+        t0 = time.perf_counter()
+        path = self.sync_dir / f"v{version}"
+        if path.exists():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self.lora:
+            backend.save_adapter(path)
+            name: str | None = f"{ADAPTER_PREFIX}{version}"
+            if name == self._policy_model:  # the same version again (a resumed step): replace it in place
+                self._on_every_server(lambda url: unload_lora_adapter(url, name), "unloading", strict=False)
+
+            def load(url: str) -> None:
+                load_lora_adapter(url, name, path)
+        else:
+            backend.export_model(path)
+            name = None
+
+            def load(url: str) -> None:
+                reload_weights(url, path)
+        self._on_every_server(load, f"loading weight version {version}", strict=True)
+        self._set_policy(name, version)
+        previous, self._policy_model = self._policy_model, name
+        if previous is not None and previous != name:
+            self._on_every_server(lambda url: unload_lora_adapter(url, previous), "unloading", strict=False)
+        self._remove_old_versions(keep=path)
+        self.stats["weight_syncs"] += 1
+        self.stats["weight_sync_s"] = time.perf_counter() - t0
+        logger.info("weight version %d synced into %d vLLM server(s) in %.2fs", version, len(self._live_urls()),
+                    self.stats["weight_sync_s"])
+
+    def _live_urls(self) -> list[str]:
+        assert self._upstream is not None
+        retired = {w.root for w in self._upstream.workers if w.retired}
+        return [u for u in self.urls if u not in retired]
+
+    def _on_every_server(self, fn: Callable[[str], None], what: str, *, strict: bool) -> None:
+        """Run ``fn(url)`` on every live server at once. Strict: a server that is down is retired, one that
+        is up and fails raises :class:`VLLMSyncError`; else failures are only logged."""
+        urls = self._live_urls()
+        if not urls:
+            raise VLLMSyncError("no vLLM server is left in the pool (all were retired after dying)")
+        with ThreadPoolExecutor(max_workers=len(urls)) as pool:
+            errors = [(u, f.exception()) for u, f in zip(urls, [pool.submit(fn, u) for u in urls])]
+        errors = [(u, e) for u, e in errors if e is not None]
+        if not strict:
+            for url, exc in errors:
+                logger.warning("%s on vLLM server %s failed: %s", what, url, exc)
+            return
+        for url, exc in errors:
+            if not self._is_dead(url, exc):
+                raise VLLMSyncError(f"vLLM server {url} did not take weight version: {what} failed: {exc}") from exc
+        for url, exc in errors:
+            logger.warning("vLLM server %s is down (%s): retired from the pool", url, exc)
+            assert self._upstream is not None
+            self._upstream.retire(url)
+        if len(errors) == len(urls):
+            raise VLLMSyncError(f"{what}: every vLLM server is down ({errors[0][1]})")
+
+    def _is_dead(self, url: str, exc: BaseException) -> bool:
+        for srv in self.servers:
+            if srv.url == url and not srv.running:
+                return True
+        return isinstance(exc, VLLMUnreachableError)
+
+    def _set_policy(self, model: str | None, version: int) -> None:
+        self._switches += 1
+        try:
+            resp = httpx.post(f"{self.gateway_url}/admin/policy", json={"model": model, "weight_version": version},
+                              timeout=30.0, trust_env=False)
+            if resp.status_code != 200:
+                raise VLLMSyncError(f"the gateway refused weight version {version}: {resp.text[:300]}")
+            self.weight_version = version
+        finally:
+            self._switches += 1
+
+    def _remove_old_versions(self, keep: Path) -> None:
+        """Keep only the synced version's files (the servers have loaded them; older ones are dead weight)."""
+        for old in self.sync_dir.glob("v*"):
+            if old != keep and old.is_dir() and old.name[1:].isdigit():
+                shutil.rmtree(old, ignore_errors=True)
+
+    # ------------------------------------------------------------------ metrics
+    def metrics(self) -> dict[str, float]:
+        """Pool health for the step's log: servers healthy/retired, calls re-routed, worker failures, last sync
+        time (cumulative counters since start)."""
+        out = dict(self._upstream.metrics()) if self._upstream is not None else {}
+        out["pool/weight_sync_s"] = float(self.stats["weight_sync_s"])
+        return out
+
+    def server_pgids(self) -> Sequence[int | None]:
+        """Process group ids of the started servers (for tests that kill one)."""
+        return [srv.pgid for srv in self.servers]
