@@ -35,17 +35,17 @@ CHAT_REQUEST = {
 # The FAKE upstream: raw asyncio protocol + httptools, replies built once at start-up.
 
 
-def _fake_chat_reply(token_ids: bool, logprobs: bool) -> bytes:
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": "a" * COMPLETION_TOKENS},
+def _fake_chat_reply(token_ids: bool, logprobs: bool, completion_tokens: int = COMPLETION_TOKENS) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": "a" * completion_tokens},
                               "finish_reason": "length"}
     if logprobs:
         choice["logprobs"] = {"content": [{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}
-                                          for _ in range(COMPLETION_TOKENS)]}
+                                          for _ in range(completion_tokens)]}
     if token_ids:
-        choice["token_ids"] = [64 + i for i in range(COMPLETION_TOKENS)]
+        choice["token_ids"] = [64 + i for i in range(completion_tokens)]
     reply: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": MODEL,
                              "choices": [choice], "usage": {"prompt_tokens": PROMPT_TOKENS, "total_tokens":
-                             PROMPT_TOKENS + COMPLETION_TOKENS, "completion_tokens": COMPLETION_TOKENS}}
+                             PROMPT_TOKENS + completion_tokens, "completion_tokens": completion_tokens}}
     if token_ids:
         reply["prompt_token_ids"] = list(range(1000, 1000 + PROMPT_TOKENS))
     return json.dumps(reply).encode()
@@ -102,10 +102,11 @@ class _FakeUpstreamProtocol(asyncio.Protocol):
             self.transport.close()
 
 
-def run_fake_upstream(port: int) -> None:
+def run_fake_upstream(port: int, completion_tokens: int = COMPLETION_TOKENS) -> None:
+    """Serve on ``port``; every chat reply has ``completion_tokens`` tokens, whatever was asked."""
     import uvloop
 
-    replies: dict[Any, bytes] = {(t, lp): _http_response(200, _fake_chat_reply(t, lp))
+    replies: dict[Any, bytes] = {(t, lp): _http_response(200, _fake_chat_reply(t, lp, completion_tokens))
                                  for t in (False, True) for lp in (False, True)}
     replies |= {
         b"/health": _http_response(200, b"{}"),

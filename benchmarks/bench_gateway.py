@@ -343,7 +343,8 @@ def orchestrate(args: argparse.Namespace) -> int:
                                "load_average_start": os.getloadavg()[0]}
     try:
         up_port = free_port()
-        up = servers.start("fake-upstream", [sys.executable, __file__, "--fake-upstream", "--port", str(up_port)])
+        up = servers.start("fake-upstream", [sys.executable, __file__, "--fake-upstream", "--port", str(up_port),
+                                             "--completion-tokens", str(args.completion_tokens)])
         wait_http(f"http://127.0.0.1:{up_port}/health", up, timeout_s=30)
         store_dir = Path(tempfile.mkdtemp(prefix="rllm-bench-store-", dir=args.store_dir))
         results["store_dir"] = str(store_dir)
@@ -401,7 +402,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     v = results["versions"]
     print(f"\n**Gateway overhead: closed-loop chat completions against a FAKE upstream "
-          f"({COMPLETION_TOKENS} completion tokens), {args.warmup:g} s warm-up + {args.duration:g} s per point**")
+          f"({args.completion_tokens} completion tokens), {args.warmup:g} s warm-up + {args.duration:g} s per point**")
     print(results["header"])
     print(f"python {v['python']}, rllm {v['rllm']}, uvicorn {v['uvicorn']}, starlette {v['starlette']}, "
           f"aiohttp {v.get('aiohttp', '?')}, uvloop {v['uvloop']}; litellm: {results['litellm']}; "
@@ -439,6 +440,8 @@ def parse_args() -> argparse.Namespace:
                    help="the same as --fsync on (kept for older commands)")
     p.add_argument("--workers", default="1,2,4", help="comma-separated gateway worker-process counts, one gateway "
                    "(and one row) each (default: 1,2,4)")
+    p.add_argument("--completion-tokens", type=int, default=COMPLETION_TOKENS,
+                   help=f"tokens (ids + logprobs) in each fake reply, so in each trace (default: {COMPLETION_TOKENS})")
     p.add_argument("--skip-litellm", action="store_true", help="measure direct and the gateway only")
     p.add_argument("--require-litellm", action="store_true",
                    help="fail when LiteLLM cannot run (CI: scripts/setup_bench.sh installs it)")
@@ -467,7 +470,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     if args.fake_upstream:
-        run_fake_upstream(args.port)
+        run_fake_upstream(args.port, args.completion_tokens)
         return 0
     if args.loadgen:
         run_loadgen(args)
