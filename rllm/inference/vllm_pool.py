@@ -3,10 +3,13 @@
 ``VLLMPoolEngine`` is the trainer's inference engine when ``inference.engine=vllm``. It starts N vLLM
 OpenAI servers as subprocesses (:class:`~rllm.inference.vllm_server.VLLMServer`, each with its own
 settings) or attaches to running ones (``inference.vllm.urls``), and puts an embedded gateway in front of
-them (:func:`~rllm.gateway.app.create_app` over an :class:`~rllm.gateway.http_upstream.HTTPUpstream`):
-every sample, from the built-in workflows (:meth:`generate`) and from ``@rllm.rollout`` agents alike
-(``gateway_url``), goes through that gateway, which routes by session, fails over to another server when
-one dies, and records each call's token ids, logprobs and weight version in the trace store.
+them (:func:`~rllm.gateway.app.create_app` over an :class:`~rllm.gateway.http_upstream.HTTPUpstream`), or
+``inference.vllm.gateway_workers`` gateway processes sharing one trace store
+(:class:`~rllm.gateway.pool.GatewayProcesses`; a session always goes to the same one, by
+:func:`~rllm.gateway.pool.route`). Every sample, from the built-in workflows (:meth:`generate`) and from
+``@rllm.rollout`` agents alike (``gateway_urls``), goes through a gateway, which keeps a session on one
+server, fails over to another when one dies, and records each call's token ids, logprobs and weight
+version in the trace store.
 
 Weight sync (:meth:`sync_from`, called by ``TrainingBackend.sync_weights_to`` after every optimizer step):
 
@@ -28,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import shutil
 import time
 import uuid
@@ -43,20 +45,21 @@ import httpx
 
 from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
+from rllm.gateway.pool import GatewayProcesses, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
 from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.lora_probe import check_max_lora_rank
 from rllm.inference.vllm_server import (
     MAX_LORA_RANKS,
     VLLMServer,
     VLLMServerError,
     VLLMUnreachableError,
-    VLLMWeightsError,
-    cpu_list,
     default_vllm_python,
     load_lora_adapter,
     max_lora_rank_for,
     reload_weights,
+    split_cpus,
     unload_lora_adapter,
 )
 
@@ -82,22 +85,6 @@ class VLLMSyncError(RuntimeError):
 
 class VLLMCallError(RuntimeError):
     """A sampling call through the gateway failed (every server refused or was unreachable)."""
-
-
-def split_cpus(num_servers: int) -> list[str] | None:
-    """CPU build: disjoint ``VLLM_CPU_OMP_THREADS_BIND`` sets, one per server on this host (servers sharing
-    every core would each spin OpenMP threads on all of them); None when there is one server, fewer CPUs
-    than servers, or the user set the variable."""
-    if num_servers < 2 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
-        return None
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return None
-    if len(cpus) < num_servers:
-        return None
-    per = len(cpus) // num_servers
-    return [cpu_list(cpus[i * per:(i + 1) * per]) for i in range(num_servers)]
 
 
 class VLLMPoolEngine:
@@ -138,20 +125,22 @@ class VLLMPoolEngine:
         self.stats: dict[str, float] = {"calls": 0, "generated_tokens": 0, "weight_syncs": 0, "weight_sync_s": 0.0}
         self.servers: list[VLLMServer] = []
         self.urls: list[str] = []  # server roots, http://HOST:PORT
-        self.gateway_url = ""
+        self.gateway_urls: list[str] = []  # the gateway processes; a session's calls all go to route(urls, id)
+        self.gateway_url = ""  # the first of them (the only one unless gateway_workers > 1)
         self.trace_store: TraceStore | None = None
         self.tokenizer: Any = None
         self.pad_id = 0
         self._renderer: Any = None
         self._upstream: HTTPUpstream | None = None
         self._gateway: GatewayServer | None = None
+        self._gateway_procs: GatewayProcesses | None = None
+        self._retired: set[str] = set()  # server roots that missed a sync (gateway processes are not told)
         self._policy_model: str | None = None  # the adapter now served (LoRA), None: the base model
         # Bumped before and after every policy switch: a call that saw it even and unchanged knows its version
         # without asking the trace store.
         self._switches = 0
-        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Per event loop: [client session, calls using it].
+        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_config(
@@ -169,9 +158,6 @@ class VLLMPoolEngine:
     def _check_settings(self) -> int | None:
         """Refuse, before anything starts, what the pool could never honour; returns ``--max-lora-rank``."""
         s = self.settings
-        if s.gateway_workers != 1:
-            raise VLLMPoolError(f"inference.vllm.gateway_workers={s.gateway_workers}: the vLLM pool engine runs one "
-                                "embedded gateway process; set gateway_workers=1")
         if s.urls and s.servers:
             raise VLLMPoolError("inference.vllm.servers overrides settings of started servers: drop it when "
                                 "inference.vllm.urls attaches to running ones")
@@ -244,14 +230,24 @@ class VLLMPoolEngine:
             pad = self.tokenizer.pad_token_id
             self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
             self.trace_store = TraceStore(self.trace_store_path)
-            self._upstream = HTTPUpstream(self.urls, kind="vllm", model=base_model, health_interval_s=2.0,
-                                          timeout_s=self.call_timeout_s)
-            app = create_app(self._upstream, self.trace_store, model_name=GATEWAY_MODEL_NAME)
-            self._gateway = GatewayServer(app).start()
-            self.gateway_url = self._gateway.url
-            health = httpx.get(f"{self.gateway_url}/health", timeout=30.0, trust_env=False)
-            if health.status_code != 200:
-                raise VLLMPoolError(f"the gateway reaches no vLLM server: {health.text[:300]}")
+            if self.settings.gateway_workers == 1:
+                self._upstream = HTTPUpstream(self.urls, kind="vllm", model=base_model, health_interval_s=2.0,
+                                              timeout_s=self.call_timeout_s)
+                app = create_app(self._upstream, self.trace_store, model_name=GATEWAY_MODEL_NAME)
+                self._gateway = GatewayServer(app).start()
+                self.gateway_urls = [self._gateway.url]
+            else:
+                self._gateway_procs = GatewayProcesses(
+                    self.settings.gateway_workers, model=GATEWAY_MODEL_NAME, store_path=self.trace_store_path,
+                    upstreams=[f"{u}/v1" for u in self.urls], upstream_kind="vllm", upstream_model=base_model,
+                    log_dir=self.log_dir,
+                ).start()
+                self.gateway_urls = list(self._gateway_procs.urls)
+            self.gateway_url = self.gateway_urls[0]
+            for url in self.gateway_urls:
+                health = httpx.get(f"{url}/health", timeout=30.0, trust_env=False)
+                if health.status_code != 200:
+                    raise VLLMPoolError(f"the gateway at {url} reaches no vLLM server: {health.text[:300]}")
         except BaseException:
             self.close()
             raise
@@ -288,37 +284,19 @@ class VLLMPoolEngine:
                 except httpx.HTTPError as exc:
                     raise VLLMPoolError(f"vLLM server {url} does not answer: {type(exc).__name__}: {exc}") from exc
         if self.lora:
-            self._probe_lora_rank()
-
-    def _probe_lora_rank(self) -> None:
-        """Load a zero adapter of the run's rank into every attached server and unload it again: a server
-        started with a smaller ``--max-lora-rank`` refuses it now rather than at the first weight sync."""
-        from rllm.inference.lora_probe import write_probe_adapter
-
-        probe = write_probe_adapter(self.model_path, self.sync_dir / "rank-probe", rank=self.lora_rank or 1)
-        if probe is None:
-            logger.warning("cannot build a LoRA probe for %s: the servers' --max-lora-rank is checked at the "
-                           "first weight sync", self.model_path)
-            return
-        try:
-            for url in self.urls:
-                try:
-                    load_lora_adapter(url, "rllm-rank-probe", probe)
-                except VLLMWeightsError as exc:
-                    if "max_lora_rank" in str(exc):
-                        raise VLLMPoolError(f"vLLM server {url} was started with a --max-lora-rank below lora.rank="
-                                            f"{self.lora_rank}: restart it with --max-lora-rank "
-                                            f"{max_lora_rank_for(self.lora_rank or 1)} (or more)") from exc
-                    raise VLLMPoolError(f"vLLM server {url} cannot load a rank-{self.lora_rank} adapter: {exc}") from exc
-                unload_lora_adapter(url, "rllm-rank-probe")
-        finally:
-            shutil.rmtree(probe, ignore_errors=True)
+            try:
+                check_max_lora_rank(self.urls, self.model_path, self.sync_dir / "rank-probe", rank=self.lora_rank or 1)
+            except ValueError as exc:
+                raise VLLMPoolError(str(exc)) from exc
 
     def close(self) -> None:
         """Stop the gateway, close the trace store and stop the servers this engine started (idempotent)."""
         if self._gateway is not None:
             self._gateway.stop()
             self._gateway = None
+        if self._gateway_procs is not None:
+            self._gateway_procs.stop()
+            self._gateway_procs = None
         if self.trace_store is not None:
             self.trace_store.close()
             self.trace_store = None
@@ -342,17 +320,26 @@ class VLLMPoolEngine:
             self._renderer = ChatRenderer(self.tokenizer, tool_format=self.tool_format)
         return self._renderer.render_ids(messages, tools=tools)
 
-    def _http(self) -> aiohttp.ClientSession:
-        """One client session per event loop (a session belongs to the loop it was made in)."""
+    async def _post(self, url: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """POST JSON through a client session shared by this event loop's concurrent calls: made by the
+        first, closed by the last to finish (a loop that ends, as ``asyncio.run``'s does, leaves none open)."""
         loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            session = aiohttp.ClientSession(
+        entry = self._sessions.get(loop)
+        if entry is None:
+            entry = [aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.call_timeout_s),
                 connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
-            )
-            self._sessions[loop] = session
-        return session
+            ), 0]
+            self._sessions[loop] = entry
+        entry[1] += 1
+        try:
+            async with entry[0].post(url, json=body) as resp:
+                return resp.status, await resp.json(content_type=None)
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self._sessions.pop(loop, None)
+                await entry[0].close()
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, *, session_id: str | None = None
@@ -377,8 +364,8 @@ class VLLMPoolEngine:
             body["ignore_eos"] = True
         sid = session_id or f"gen-{uuid.uuid4().hex}"
         switches, version = self._switches, self.weight_version
-        async with self._http().post(f"{self.gateway_url}/sessions/{sid}/v1/completions", json=body) as resp:
-            status, data = resp.status, await resp.json(content_type=None)
+        gateway = route(self.gateway_urls, sid)
+        status, data = await self._post(f"{gateway}/sessions/{sid}/v1/completions", body)
         if status != 200:
             message = data.get("error", {}).get("message") if isinstance(data, dict) else data
             raise VLLMCallError(f"the gateway answered {status}: {message}")
@@ -442,9 +429,7 @@ class VLLMPoolEngine:
                     self.stats["weight_sync_s"])
 
     def _live_urls(self) -> list[str]:
-        assert self._upstream is not None
-        retired = {w.root for w in self._upstream.workers if w.retired}
-        return [u for u in self.urls if u not in retired]
+        return [u for u in self.urls if u not in self._retired]
 
     def _on_every_server(self, fn: Callable[[str], None], what: str, *, strict: bool) -> None:
         """Run ``fn(url)`` on every live server at once. Strict: a server that is down is retired, one that
@@ -464,8 +449,11 @@ class VLLMPoolEngine:
                 raise VLLMSyncError(f"vLLM server {url} did not take weight version: {what} failed: {exc}") from exc
         for url, exc in errors:
             logger.warning("vLLM server %s is down (%s): retired from the pool", url, exc)
-            assert self._upstream is not None
-            self._upstream.retire(url)
+            self._retired.add(url)
+            if self._upstream is not None:
+                self._upstream.retire(url)
+            else:  # gateway processes route around it only while its health check fails
+                logger.warning("the gateway processes are not told: a restarted %s would get calls again", url)
         if len(errors) == len(urls):
             raise VLLMSyncError(f"{what}: every vLLM server is down ({errors[0][1]})")
 
@@ -478,10 +466,15 @@ class VLLMPoolEngine:
     def _set_policy(self, model: str | None, version: int) -> None:
         self._switches += 1
         try:
-            resp = httpx.post(f"{self.gateway_url}/admin/policy", json={"model": model, "weight_version": version},
-                              timeout=30.0, trust_env=False)
-            if resp.status_code != 200:
-                raise VLLMSyncError(f"the gateway refused weight version {version}: {resp.text[:300]}")
+            for url in self.gateway_urls:
+                try:
+                    resp = httpx.post(f"{url}/admin/policy", json={"model": model, "weight_version": version},
+                                      timeout=30.0, trust_env=False)
+                except httpx.HTTPError as exc:
+                    raise VLLMSyncError(f"the gateway at {url} did not switch to weight version {version}: "
+                                        f"{type(exc).__name__}: {exc}") from exc
+                if resp.status_code != 200:
+                    raise VLLMSyncError(f"the gateway at {url} refused weight version {version}: {resp.text[:300]}")
             self.weight_version = version
         finally:
             self._switches += 1
@@ -496,9 +489,34 @@ class VLLMPoolEngine:
     def metrics(self) -> dict[str, float]:
         """Pool health for the step's log: servers healthy/retired, calls re-routed, worker failures, last sync
         time (cumulative counters since start)."""
-        out = dict(self._upstream.metrics()) if self._upstream is not None else {}
+        if self._upstream is not None:
+            out = dict(self._upstream.metrics())
+        else:
+            out = self._gateway_metrics()
         out["pool/weight_sync_s"] = float(self.stats["weight_sync_s"])
         return out
+
+    def _gateway_metrics(self) -> dict[str, float]:
+        """The same counters summed over the gateway processes' ``/health`` (a server counts as healthy when
+        every gateway that answered sees it healthy)."""
+        views = []
+        for url in self.gateway_urls:
+            try:
+                views.append(httpx.get(f"{url}/health", timeout=5.0, trust_env=False).json())
+            except (httpx.HTTPError, ValueError):
+                continue
+        healthy = {u for u in self.urls if u not in self._retired}
+        for v in views:
+            healthy &= {w["url"].removesuffix("/v1") for w in v.get("workers", []) if w.get("healthy")}
+        return {
+            "pool/servers": float(len(self.urls)),
+            "pool/servers_healthy": float(len(healthy)),
+            "pool/servers_retired": float(len(self._retired)),
+            "pool/calls_rerouted": float(sum(v.get("calls_rerouted", 0) for v in views)),
+            "pool/worker_failures": float(sum(w.get("failures", 0) for v in views for w in v.get("workers", []))),
+            "pool/weight_version": float(self.weight_version),
+            "pool/gateways_up": float(len(views)),
+        }
 
     def server_pgids(self) -> Sequence[int | None]:
         """Process group ids of the started servers (for tests that kill one)."""

@@ -83,6 +83,22 @@ def cpu_env(kvcache_space_gib: int = 2) -> dict[str, str]:
     return {key: os.environ.get(key, value) for key, value in env.items()}
 
 
+def split_cpus(num_servers: int) -> list[str] | None:
+    """CPU build: disjoint ``VLLM_CPU_OMP_THREADS_BIND`` sets, one per server on this host (servers sharing
+    every core would each spin OpenMP threads on all of them); None when there is one server, fewer CPUs
+    than servers, or the user set the variable."""
+    if num_servers < 2 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return None
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return None
+    if len(cpus) < num_servers:
+        return None
+    per = len(cpus) // num_servers
+    return [cpu_list(cpus[i * per:(i + 1) * per]) for i in range(num_servers)]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

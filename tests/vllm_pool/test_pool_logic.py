@@ -132,7 +132,6 @@ def test_start_up_refusals_are_one_line(tiny_model_dir: Path, tmp_path: Path) ->
         ("lora.rank=64", "inference.vllm.max_lora_rank=32"): "raise max_lora_rank to 64 or lower lora.rank",
         ("inference.vllm.max_lora_rank=24",): "not a value vLLM accepts",
         ("lora.rank=600",): "above the largest --max-lora-rank",
-        ("inference.vllm.gateway_workers=2",): "set gateway_workers=1",
         ("inference.vllm.num_servers=2", "inference.vllm.servers=[{tensor_parallel_size: 1}]"): "one entry per server",
     }
     for overrides, expected in cases.items():

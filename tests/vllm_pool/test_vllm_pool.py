@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
@@ -23,7 +24,7 @@ from rllm.algorithms.transforms import TrajectoryGroup, build_train_batch
 from rllm.engine.assembly import assemble_steps
 from rllm.inference.base import SamplingParams
 from rllm.inference.vllm_pool import VLLMPoolEngine, VLLMPoolError
-from rllm.inference.vllm_server import default_vllm_python
+from rllm.inference.vllm_server import default_vllm_python, unload_lora_adapter
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
 from rllm.types import Episode, Trajectory
@@ -63,6 +64,11 @@ def pool(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[V
         print(f"\n2 vLLM servers + gateway started in {time.perf_counter() - t0:.1f}s")
         yield engine
     assert all(not _alive(pgid) for pgid in engine.server_pgids() if pgid is not None)
+
+
+@pytest.fixture(scope="module")
+def backend(model_dir: str, pool: VLLMPoolEngine) -> LocalBackend:
+    return LocalBackend(_cfg(model_dir), model_dir, pad_id=pool.pad_id)
 
 
 def _alive(pgid: int) -> bool:
@@ -108,9 +114,8 @@ def _check_parity(backend: LocalBackend, batch) -> float:  # type: ignore[no-unt
     return max(diffs)
 
 
-def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, model_dir: str) -> None:
+def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, backend: LocalBackend, model_dir: str) -> None:
     cfg = _cfg(model_dir)
-    backend = LocalBackend(cfg, model_dir, pad_id=pool.pad_id)
     assert pool.weight_version == 0
     before = _sample(pool, "v0")
     assert {c.weight_version for c in before} == {0}
@@ -140,6 +145,30 @@ def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, model_dir: str) -
     assert sorted(p.name for p in pool.sync_dir.iterdir()) == ["v2"]  # older versions' files removed
 
 
+def test_gateway_processes_over_attached_servers(pool: VLLMPoolEngine, backend: LocalBackend, model_dir: str,
+                                                 tmp_path: Path) -> None:
+    """gateway_workers=2: two gateway processes, one trace store; sessions split between them by hash, and a
+    sync switches both."""
+    urls = ",".join(pool.urls)
+    cfg = _cfg(model_dir, f"inference.vllm.urls=[{urls}]", "inference.vllm.gateway_workers=2")
+    with VLLMPoolEngine.from_config(cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "s",
+                                    log_dir=tmp_path) as engine:
+        assert len(engine.gateway_urls) == 2 and engine.servers == []
+        version = backend.step + 10
+        engine.sync_from(backend, version=version)
+        out = _sample(engine, "gw")
+        assert {c.weight_version for c in out} == {version}
+        assert engine.trace_store is not None
+        traces = [t for i in range(len(PROMPTS)) for t in engine.trace_store.list(f"gw-{i}")]
+        assert len(traces) == len(PROMPTS) and {t.weight_version for t in traces} == {version}
+        for url in engine.gateway_urls:  # both processes switched, whichever served these sessions
+            assert httpx.get(f"{url}/health").json()["weight_version"] == version
+        m = engine.metrics()
+        assert m["pool/gateways_up"] == 2 and m["pool/servers_healthy"] == 2
+        for url in pool.urls:  # leave the shared servers as they were
+            unload_lora_adapter(url, f"rllm-v{version}")
+
+
 def test_attached_server_with_a_smaller_max_lora_rank_is_refused(pool: VLLMPoolEngine, model_dir: str,
                                                                  tmp_path: Path) -> None:
     cfg = _cfg(model_dir, "lora.rank=16", f"inference.vllm.urls=[{pool.urls[0]}]")
@@ -161,7 +190,7 @@ def test_a_server_that_fails_to_start_leaves_nothing_running(model_dir: str, tmp
     assert engine.servers == [] and engine.gateway_url == ""
 
 
-def test_killing_a_server_mid_step_loses_and_duplicates_nothing(pool: VLLMPoolEngine, model_dir: str) -> None:
+def test_killing_a_server_mid_step_loses_and_duplicates_nothing(pool: VLLMPoolEngine, backend: LocalBackend) -> None:
     assert pool._upstream is not None
     workers = pool._upstream.workers
     rerouted0 = pool.metrics()["pool/calls_rerouted"]
@@ -197,9 +226,6 @@ def test_killing_a_server_mid_step_loses_and_duplicates_nothing(pool: VLLMPoolEn
     moved = [t[0] for t in per_session if t[0].upstream == survivor]
     assert len(moved) >= n // 2 + killed["inflight"] - 1
     # The next sync retires the dead server instead of failing; sampling goes on with the new version.
-    cfg = _cfg(model_dir)
-    backend = LocalBackend(cfg, model_dir, pad_id=pool.pad_id)
-    backend.step = 3
     pool.sync_from(backend, version=3)
     m = pool.metrics()
     assert m["pool/servers_retired"] == 1 and pool.weight_version == 3
