@@ -128,3 +128,9 @@ def test_build_backend_builds_the_configured_backend(tiny_model_dir: Path) -> No
     backend = build_backend(cfg, str(tiny_model_dir), pad_id=2)
     assert type(backend).__name__ == "LocalBackend" and backend.step == 0
     assert any(isinstance(t, torch.Tensor) for _, t in backend.named_merged_weights())
+
+
+def test_the_cluster_example_config_is_valid() -> None:
+    cfg = load_config(TrainConfig, Path(__file__).parents[1] / "examples/configs/cluster_qwen1.5b_gsm8k.yaml", [])
+    assert cfg.backend.name == "distributed" and cfg.inference.engine == "vllm"
+    assert len(cfg.inference.vllm.servers) == cfg.inference.vllm.num_servers

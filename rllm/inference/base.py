@@ -36,6 +36,11 @@ class SamplingParams(BaseModel):
         return [v] if isinstance(v, str) else v
 
 
+class WeightSyncError(RuntimeError):
+    """Weights could not be pushed into an inference engine (a server refused or lost them): the trainer
+    stops rather than let the next rollouts sample from stale weights."""
+
+
 class Completion(BaseModel):
     """One sampled continuation. ``completion_ids`` are exactly the sampled tokens (including the eos
     token when the model stopped on it); ``logprobs`` has one value per completion token."""

@@ -102,6 +102,10 @@ class VLLMServerSettings(_Section):
     tensor_parallel_size: int | None = Field(None, gt=0, description="This server's tensor parallel size.")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="This server's GPU memory fraction.")
     extra_args: list[str] | None = Field(None, description="This server's extra vLLM arguments (replace the pool's).")
+    devices: str | None = Field(
+        None, description="This server's CUDA_VISIBLE_DEVICES (e.g. '4,5'), so servers and trainer ranks use "
+        "different GPUs of a node; null: inherited.",
+    )
 
 
 class VLLMPoolConfig(_Section):

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from rllm.algorithms.losses import LossConfig
+from rllm.inference.base import WeightSyncError
 from rllm.types import TrainBatch
 
 
@@ -44,9 +45,7 @@ class UnsupportedConfigError(ValueError):
     """The config asks a backend for something it cannot do; the message says what to change."""
 
 
-class WeightSyncError(RuntimeError):
-    """Weights could not be pushed into the inference engine: the step is aborted rather than letting the
-    next rollouts sample from stale weights."""
+__all__ = ["BackendCapabilities", "TrainingBackend", "UnsupportedConfigError", "WeightSyncError"]
 
 
 class TrainingBackend(ABC):
