@@ -8,7 +8,6 @@ import math
 import random
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -94,15 +93,15 @@ class LocalBackend(TrainingBackend):
             model = get_peft_model(model, peft_cfg)
         elif cfg.algorithm.loss.kl_coef > 0:
             # Full fine-tune needs a frozen copy for the KL term; loaded only when the term is on.
-            self._reference = AutoModelForCausalLM.from_pretrained(
+            reference = AutoModelForCausalLM.from_pretrained(
                 model_path, dtype=torch.float32, attn_implementation=attn
             ).to(self.device)
-            self._reference.eval().requires_grad_(False)
+            self._reference = self._wrap_model(reference.eval().requires_grad_(False))
         if cfg.backend.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if self.lora:
                 model.enable_input_require_grads()
-        self.model = model.to(self.device)
+        self.model = self._wrap_model(model.to(self.device))
         self.model.train()
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -119,6 +118,11 @@ class LocalBackend(TrainingBackend):
             sum(p.numel() for p in params) / 1e6, sum(p.numel() for p in self.model.parameters()) / 1e6,
             self.autocast_dtype,
         )
+
+    def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Where a subclass shards a loaded model (the distributed backend's FSDP2 ranks) before the
+        optimizer sees its parameters; the policy and the KL reference both pass through. Identity here."""
+        return model
 
     # ------------------------------------------------------------------ schedule
     def _lr_factor(self, step: int) -> float:
@@ -285,6 +289,24 @@ class LocalBackend(TrainingBackend):
     ) -> dict[str, float]:
         if not batch.sequences:
             raise ValueError("forward_backward got an empty batch; skip the step instead")
+        sums, weight_total, total_loss = self._accumulate_gradients(
+            batch, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs
+        )
+        out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
+        out["train/loss"] = total_loss
+        return out
+
+    def _accumulate_gradients(
+        self,
+        batch: TrainBatch,
+        loss: LossConfig,
+        *,
+        old_logprobs: list[list[float]] | None = None,
+        ref_logprobs: list[list[float]] | None = None,
+    ) -> tuple[dict[str, float], float, float]:
+        """Backward over every micro-batch of ``batch``; returns the un-normalised metric sums (each
+        micro-batch's means times its trained tokens), the trained-token total and the summed loss, so
+        that a caller holding part of a batch (a distributed rank) can combine them with the others'."""
         num_tokens = batch.loss_norm_tokens or float(batch.num_response_tokens)
         num_seqs = batch.loss_norm_sequences or float(sum(1 for s in batch.sequences if s.num_response_tokens))
         index = {id(s): i for i, s in enumerate(batch.sequences)}
@@ -292,56 +314,74 @@ class LocalBackend(TrainingBackend):
         weight_total = 0.0
         total_loss = 0.0
         for mb in self._micro_batches(batch):
-            t = self._pad(mb)
-            mask = t["loss_mask"][:, 1:]
-            adv = t["advantages"][:, 1:]
-            rollout_lp = t["rollout_logprobs"][:, 1:]
-
-            old = self._aligned(old_logprobs, mb, index)
-            ref = self._aligned(ref_logprobs, mb, index)
-            logprobs, entropy = self._response_logprobs(self.model, t, with_entropy=True)
-            loss_BT, metrics = compute_policy_loss(
-                logprobs, old if old is not None else rollout_lp, adv, mask, loss,
-                rollout_logprobs=rollout_lp if loss.tis_cap is not None else None, ref_logprobs=ref,
-            )
-            mb_loss = aggregate_loss(
-                loss_BT, mask, loss.agg, num_tokens=num_tokens, num_sequences=num_seqs,
-                norm_tokens=loss.agg_norm_tokens,
-            )
-            mb_loss.backward()
-            total_loss += float(mb_loss.detach())
-            with torch.no_grad():
-                n_tok = float(mask.sum())
-                metrics["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
-                metrics["trainer_rollout_logprob_diff"] = ((logprobs.detach() - rollout_lp).abs() * mask).sum() / mask.sum().clamp(min=1)
+            old = [old_logprobs[index[id(s)]] for s in mb] if old_logprobs is not None else None
+            ref = [ref_logprobs[index[id(s)]] for s in mb] if ref_logprobs is not None else None
+            mb_loss, metrics, n_tok = self._micro_batch_backward(mb, loss, num_tokens, num_seqs, old, ref)
+            total_loss += mb_loss
             # Token-weighted average of per-micro-batch metric means.
             for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * n_tok
+                sums[k] = sums.get(k, 0.0) + v * n_tok
             weight_total += n_tok
-        out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
-        out["train/loss"] = total_loss
-        return out
+        return sums, weight_total, total_loss
 
-    def _aligned(
-        self, values: list[list[float]] | None, mb: list[TrainSequence], index: dict[int, int]
-    ) -> torch.Tensor | None:
+    def _micro_batch_backward(
+        self,
+        mb: list[TrainSequence],
+        loss: LossConfig,
+        num_tokens: float,
+        num_seqs: float,
+        old_rows: list[list[float]] | None,
+        ref_rows: list[list[float]] | None,
+        *,
+        weight: float = 1.0,
+    ) -> tuple[float, dict[str, float], float]:
+        """Forward and backward of one micro-batch (its loss normalised by the batch's counts, times
+        ``weight``: 0 runs the collectives of a sharded model without changing any gradient); returns the
+        loss, the metric means and the number of trained tokens."""
+        t = self._pad(mb)
+        mask = t["loss_mask"][:, 1:]
+        adv = t["advantages"][:, 1:]
+        rollout_lp = t["rollout_logprobs"][:, 1:]
+        old = self._aligned(old_rows, mb)
+        ref = self._aligned(ref_rows, mb)
+        logprobs, entropy = self._response_logprobs(self.model, t, with_entropy=True)
+        loss_BT, metrics = compute_policy_loss(
+            logprobs, old if old is not None else rollout_lp, adv, mask, loss,
+            rollout_logprobs=rollout_lp if loss.tis_cap is not None else None, ref_logprobs=ref,
+        )
+        mb_loss = aggregate_loss(
+            loss_BT, mask, loss.agg, num_tokens=num_tokens, num_sequences=num_seqs,
+            norm_tokens=loss.agg_norm_tokens,
+        )
+        (mb_loss * weight if weight != 1.0 else mb_loss).backward()
+        with torch.no_grad():
+            n_tok = float(mask.sum())
+            metrics["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
+            metrics["trainer_rollout_logprob_diff"] = ((logprobs.detach() - rollout_lp).abs() * mask).sum() / mask.sum().clamp(min=1)
+        return float(mb_loss.detach()) * weight, {k: float(v) for k, v in metrics.items()}, n_tok * weight
+
+    def _aligned(self, rows: list[list[float]] | None, mb: list[TrainSequence]) -> torch.Tensor | None:
         """Per-sequence values (aligned with input_ids) as a padded tensor aligned with input_ids[:, 1:]."""
-        if values is None:
+        if rows is None:
             return None
         T = max(len(s.input_ids) for s in mb)
-        rows = [values[index[id(s)]] + [0.0] * (T - len(s.input_ids)) for s in mb]
-        return torch.tensor(rows, dtype=torch.float32, device=self.device)[:, 1:]
+        padded = [row + [0.0] * (T - len(s.input_ids)) for row, s in zip(rows, mb)]
+        return torch.tensor(padded, dtype=torch.float32, device=self.device)[:, 1:]
 
     def optim_step(self) -> dict[str, float]:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        clip = self.cfg.optim.grad_clip
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
+        grad_norm = self._clip_gradients(params)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return {"train/grad_norm": float(grad_norm), "train/lr": lr}
+
+    def _clip_gradients(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        """Scale gradients to a global norm of at most optim.grad_clip; return the norm before."""
+        clip = self.cfg.optim.grad_clip
+        return torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
 
     def skip_step(self) -> None:
         self.step += 1

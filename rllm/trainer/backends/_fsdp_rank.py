@@ -1,0 +1,357 @@
+"""One rank of the distributed backend: a LocalBackend whose model is sharded by FSDP2 across the ranks.
+
+A rank runs in its own process (a Ray actor, see ``distributed.py``) and joins one ``torch.distributed``
+group with the others. It reuses :class:`LocalBackend`'s math unchanged (padding, the shared-prefix
+forward, the loss, the LR schedule); what differs is where parameters live:
+
+- every decoder layer is its own ``fully_shard`` unit and a thin root module (``_ShardedRoot``) holds the
+  rest (embeddings, final norm, LM head: tied weights stay in one unit). The loss code calls the decoder
+  and the LM head separately, so it runs *inside* the root's forward, where FSDP2 has gathered the
+  root's parameters;
+- gradients are summed across ranks, not averaged (``set_gradient_divide_factor(1.0)``): each rank's loss
+  is already normalised by the whole batch's counts, so the sum is the single-process gradient;
+- the gradient norm for clipping is the global one (DTensor norms reduced across ranks);
+- full weights (export, weight sync, the adapter) are gathered collectively and returned from rank 0;
+  checkpoints are ``torch.distributed.checkpoint`` directories, which any world size can load.
+
+Every rank must issue the same collectives in the same order: the driver gives each rank the same
+number of micro-batches, padding short shards with a zero-weight copy of one sequence.
+
+The local backend's shared-prefix forward (``backend.share_prefix``) is off here: it runs every decoder
+layer twice in one graph, and FSDP2 reshards a layer after the backward of its last forward, freeing
+weights the backward of the first pass still needs (and a rank whose micro-batch shares nothing would
+gather each layer once while the others gather it twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from rllm.algorithms.losses import LossConfig
+from rllm.trainer.backends.local import LocalBackend
+from rllm.trainer.config import TrainConfig
+from rllm.types import TrainBatch, TrainSequence
+
+TRAINER_STATE = "trainer_state.pt"
+DCP_DIR = "dcp"
+
+
+class _ShardedRoot(torch.nn.Module):
+    """The FSDP2 root unit around a model. ``root(fn, *args)`` runs ``fn(*args)`` with the root unit's
+    parameters gathered, so code that calls the model's submodules directly (the decoder, then the LM
+    head only at trained positions) sees full weights, and FSDP2's backward hooks still fire."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+
+class _ShardedBackend(LocalBackend):
+    """LocalBackend on this rank's share of a batch, with its model sharded over ``mesh``."""
+
+    def __init__(self, cfg: TrainConfig, model_path: str, pad_id: int, mesh: DeviceMesh) -> None:
+        self._mesh = mesh
+        self._roots: dict[int, _ShardedRoot] = {}
+        super().__init__(cfg, model_path, pad_id=pad_id)
+
+    # --------------------------------------------------------------------------------- sharding
+    def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        # Tensor parallel would go here: a 2-D DeviceMesh ("dp", "tp"), parallelize_module(model,
+        # mesh["tp"], plan) on each layer first, then fully_shard over mesh["dp"] as below.
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.device.type == "cuda" and self.autocast_dtype is not None
+            else MixedPrecisionPolicy()
+        )
+        reshard = self.cfg.backend.distributed.reshard_after_forward
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        for layer in base.get_decoder().layers:
+            fully_shard(layer, mesh=self._mesh, reshard_after_forward=reshard, mp_policy=mp)
+        root = _ShardedRoot(model)
+        # The root's parameters are needed again at once by backward: keeping them gathered saves an
+        # all-gather per micro-batch (FSDP2's own default for the root).
+        fully_shard(root, mesh=self._mesh, reshard_after_forward=False, mp_policy=mp)
+        for module in root.modules():
+            if isinstance(module, FSDPModule):
+                module.set_gradient_divide_factor(1.0)  # sum: the losses carry the global normalisers
+                module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+        self._roots[id(model)] = root
+        return model
+
+    def _response_logprobs(
+        self, model: torch.nn.Module, t: dict[str, torch.Tensor], *, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        inner = super()._response_logprobs
+        return self._roots[id(model)](inner, model, t, with_entropy=with_entropy)
+
+    def _clip_gradients(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
+        grads = [p.grad for p in params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        if isinstance(norm, DTensor):  # each rank holds part of the sum of squares
+            norm = norm.full_tensor()
+        if self.cfg.optim.grad_clip is not None:
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.optim.grad_clip, norm, foreach=True)
+        return norm
+
+    # --------------------------------------------------------------------------------- work
+    def shard_forward_backward(
+        self,
+        shard: TrainBatch,
+        loss: LossConfig,
+        old_logprobs: list[list[float]] | None,
+        ref_logprobs: list[list[float]] | None,
+        num_micro_batches: int,
+        filler: tuple[TrainSequence, list[float] | None, list[float] | None],
+    ) -> tuple[dict[str, float], float, float]:
+        sums, weight, total_loss = self._accumulate_gradients(
+            shard, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs
+        )
+        seq, old, ref = filler
+        for _ in range(num_micro_batches - len(self._micro_batches(shard))):
+            self._micro_batch_backward(
+                [seq],
+                loss,
+                1.0,
+                1.0,
+                None if old is None else [old],
+                None if ref is None else [ref],
+                weight=0.0,
+            )
+        return sums, weight, total_loss
+
+    def shard_logprobs(
+        self, shard: TrainBatch, reference: bool, num_micro_batches: int, filler: TrainSequence
+    ) -> list[list[float]]:
+        out = self.compute_logprobs(shard, reference=reference) if shard.sequences else []
+        pad = TrainBatch(sequences=[filler])
+        for _ in range(num_micro_batches - len(self._micro_batches(shard))):
+            self.compute_logprobs(pad, reference=reference)
+        return out
+
+    # --------------------------------------------------------------------------------- weights
+    def _gather(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """Full CPU copies of the named parameters on rank 0 (empty elsewhere); a collective."""
+        params = dict(self.model.named_parameters())
+        out: dict[str, torch.Tensor] = {}
+        for name in names:
+            p = params[name].detach()
+            full = p.full_tensor() if isinstance(p, DTensor) else p
+            if dist.get_rank() == 0:
+                out[name] = full.cpu()
+        return out
+
+    def _lora_layers(self) -> dict[str, Any]:
+        """Adapted linear layers by their plain Hugging Face module name."""
+        from peft.tuners.lora import Linear as LoraLinear
+        from peft.tuners.lora import LoraLayer
+
+        layers = {}
+        for name, module in self.model.base_model.model.named_modules():
+            if isinstance(module, LoraLayer):
+                if (
+                    not isinstance(module, LoraLinear)
+                    or module.fan_in_fan_out
+                    or any(module.use_dora.values())
+                ):
+                    raise NotImplementedError(
+                        f"distributed LoRA merge supports plain Linear adapters, not {name}"
+                    )
+                layers[name] = module
+        return layers
+
+    def _gathered_lora_deltas(self) -> dict[str, torch.Tensor]:
+        """float32 ``B @ A * scale`` per adapted layer, keyed by plain HF weight name (rank 0 only)."""
+        prefix = "base_model.model."
+        layers = self._lora_layers()
+        names = [n for n, _ in self.model.named_parameters() if "lora_" in n]
+        full = self._gather(names)
+        if dist.get_rank() != 0:
+            return {}
+        deltas = {}
+        for name, module in layers.items():
+            delta = None
+            for a in module.active_adapters:
+                if a not in module.lora_A:
+                    continue
+                A = full[f"{prefix}{name}.lora_A.{a}.weight"].float()
+                B = full[f"{prefix}{name}.lora_B.{a}.weight"].float()
+                d = (B @ A) * module.scaling[a]
+                delta = d if delta is None else delta + d
+            if delta is not None:
+                deltas[f"{name}.weight"] = delta
+        return deltas
+
+    @torch.no_grad()
+    def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, torch.Tensor]]:
+        if not self.lora:
+            names = [n for n, _ in self.model.named_parameters()]
+            full = self._gather(names)
+            return [(n, full[n]) for n in names] if full else []
+        deltas = self._gathered_lora_deltas()
+        base_names = [n for n, _ in self.model.base_model.model.named_parameters() if "lora_" not in n]
+        plain = {n: n.replace(".base_layer.", ".") for n in base_names}
+        adapted = {f"{name}.weight" for name in self._lora_layers()}
+        wanted = [n for n in base_names if not changed_only or plain[n] in adapted]
+        full = self._gather(["base_model.model." + n for n in wanted])
+        if dist.get_rank() != 0:
+            return []
+        out = []
+        for n in wanted:
+            p = full["base_model.model." + n]
+            out.append((plain[n], p + deltas[plain[n]].to(p.dtype) if plain[n] in deltas else p))
+        return out
+
+    def save_adapter(self, path: Path) -> None:
+        names = [n for n, _ in self.model.named_parameters() if "lora_" in n]
+        full = self._gather(names)
+        if dist.get_rank() == 0:
+            self.model.save_pretrained(Path(path), state_dict=full)
+
+    def export_model(self, path: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        if self.lora:
+            deltas = self._gathered_lora_deltas()
+            if dist.get_rank() != 0:
+                return
+            merged = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+            params = dict(merged.named_parameters())
+            with torch.no_grad():
+                for name, delta in deltas.items():
+                    params[name].add_(delta)
+            merged.save_pretrained(Path(path))
+            return
+        full = dict(self.named_merged_weights())
+        if dist.get_rank() != 0:
+            return
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(full, strict=False)
+        real_missing = [
+            m for m in missing if not (m == "lm_head.weight" and model.config.tie_word_embeddings)
+        ]
+        if real_missing or unexpected:
+            raise RuntimeError(
+                f"export does not match the model: missing={real_missing} unexpected={unexpected}"
+            )
+        model.save_pretrained(Path(path))
+
+    # --------------------------------------------------------------------------------- state
+    def _state_options(self) -> StateDictOptions:
+        # LoRA: only the adapters (and their optimizer state) are checkpointed; the frozen base is the
+        # model on disk, as in the local backend's checkpoints.
+        return StateDictOptions(ignore_frozen_params=self.lora)
+
+    def save_state(self, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        path = Path(path)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_options())
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path / DCP_DIR))
+        rank = dist.get_rank()
+        torch.save(_rng_state(), path / f"rng_rank{rank}.pt")
+        if rank == 0:
+            torch.save(
+                {
+                    "scheduler": self.scheduler.state_dict(),
+                    "step": self.step,
+                    "world_size": dist.get_world_size(),
+                },
+                path / TRAINER_STATE,
+            )
+        dist.barrier()
+
+    def load_state(self, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        path = Path(path)
+        options = self._state_options()
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(path / DCP_DIR))
+        # dcp.load fails on a key the checkpoint lacks; non-strict here only lets the frozen base (not in
+        # a LoRA checkpoint, as it is not in `state`) keep the weights it was loaded with.
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=StateDictOptions(ignore_frozen_params=self.lora, strict=False),
+        )
+        trainer = torch.load(path / TRAINER_STATE, weights_only=False)
+        self.scheduler.load_state_dict(trainer["scheduler"])
+        self.step = trainer["step"]
+        # A rank that did not exist when the checkpoint was written continues rank 0's streams.
+        rng = path / f"rng_rank{dist.get_rank()}.pt"
+        _set_rng_state(torch.load(rng if rng.exists() else path / "rng_rank0.pt", weights_only=False))
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+class FSDPRank:
+    """A trainer rank: the body of a Ray actor (``ray.remote(FSDPRank)``), also usable in a plain
+    process. Methods are called on every rank together; those returning data return it from rank 0."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.backend: _ShardedBackend | None = None
+
+    def master_address(self) -> tuple[str, int]:
+        """This node's address and a free port for the process group's rendezvous (rank 0)."""
+        import ray
+
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(
+        self, cfg: TrainConfig, model_path: str, pad_id: int, master: tuple[str, int], comm: str, threads: int
+    ) -> None:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master[0], str(master[1])
+        device = cfg.backend.device
+        if device == "cpu":
+            torch.set_num_threads(threads)
+        else:
+            torch.cuda.set_device(0)  # Ray exposes this rank's GPU as the only visible one
+        dist.init_process_group(
+            comm, rank=self.rank, world_size=self.world_size, timeout=timedelta(minutes=30)
+        )
+        mesh = init_device_mesh(
+            "cpu" if device == "cpu" else "cuda", (self.world_size,), mesh_dim_names=("dp",)
+        )
+        self.backend = _ShardedBackend(cfg, model_path, pad_id, mesh)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run a backend method on this rank (the driver calls every rank with the same method)."""
+        return getattr(self.backend, method)(*args, **kwargs)
+
+    def close(self) -> None:
+        self.backend = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
