@@ -162,7 +162,7 @@ class GatewayProcesses:
         logger.info("%d gateway workers: %s (traces in %s)", self.n, ", ".join(self.urls), self.store_path)
         return self
 
-    def _spawn(self, w: _Worker) -> None:
+    def _spawn(self, w: _Worker, overrides: dict[str, Any] | None = None) -> None:
         cmd = [sys.executable, "-m", "rllm.gateway.pool", "--worker-fd", str(w.sock.fileno()),
                "--worker-index", str(w.index), "--parent-pid", str(os.getpid())]
         out: Any = None
@@ -174,7 +174,7 @@ class GatewayProcesses:
             w.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=out,
                                       pass_fds=(w.sock.fileno(),), start_new_session=True)
             assert w.proc.stdin is not None
-            w.proc.stdin.write(json.dumps(self._settings).encode())
+            w.proc.stdin.write(json.dumps({**self._settings, **(overrides or {})}).encode())
             w.proc.stdin.close()
         finally:
             if out is not None:
@@ -274,8 +274,13 @@ class GatewayProcesses:
     def restart_dead(self, *, min_uptime_s: float = 10.0) -> list[str]:
         """Start every exited worker again on its own port (its socket stayed open here, so clients'
         connections queue meanwhile); return their URLs. A worker that died within ``min_uptime_s`` of
-        its start is not restarted but raised (:class:`GatewayWorkerDied`): it would only die again."""
+        its start is not restarted but raised (:class:`GatewayWorkerDied`): it would only die again.
+
+        A restarted worker starts with the policy (model name, weight version) a running sibling reports,
+        so the trainer's last ``POST /admin/policy`` holds for it too and its traces carry the version
+        the others record."""
         restarted = []
+        policy = self._sibling_policy()
         with self._lock:
             for w in self._workers:
                 assert w.proc is not None
@@ -290,11 +295,30 @@ class GatewayProcesses:
                                w.index, w.url, code, lived)
                 w.exit_codes.append(code)
                 w.restarts += 1
-                self._spawn(w)
+                self._spawn(w, policy)
                 restarted.append(w)
         if restarted:
             self._wait_healthy(restarted)
         return [w.url for w in restarted]
+
+    def _sibling_policy(self) -> dict[str, Any]:
+        """``upstream_model`` and ``weight_version`` as the first running worker's ``/health`` reports them
+        (what ``POST /admin/policy`` last set there); empty when none answers."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        with httpx.Client(headers=headers, timeout=5) as client:
+            for w in self._workers:
+                if w.proc is None or w.proc.poll() is not None:
+                    continue
+                try:
+                    h = client.get(f"{w.url}/health").json()
+                except (httpx.HTTPError, ValueError):
+                    continue
+                if isinstance(h, dict) and "weight_version" in h:
+                    out: dict[str, Any] = {"weight_version": int(h["weight_version"])}
+                    if h.get("model"):
+                        out["upstream_model"] = h["model"]
+                    return out
+        return {}
 
     def _log_tail(self, w: _Worker, lines: int = 12) -> str:
         if w.log_path is None or not w.log_path.is_file():

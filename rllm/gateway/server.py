@@ -85,18 +85,22 @@ def serve(
     fsync: bool = False,
     fd: int | None = None,
     probe: bool = True,
+    weight_version: int = 0,
 ) -> None:
     """Blocking: serve ``model`` (from the local engine, or from ``upstreams``) until interrupted.
 
     ``fd``: serve on this already-listening socket instead of binding ``host:port`` (a worker of
     :class:`rllm.gateway.pool.GatewayProcesses`, whose parent bound it). ``probe=False`` skips asking the
-    upstreams for their dialect and model first (the parent did, and passes both)."""
+    upstreams for their dialect and model first (the parent did, and passes both). ``weight_version``: the
+    version an HTTP upstream's traces record until ``POST /admin/policy`` sets another (a restarted worker
+    starts at its siblings' version)."""
     from rllm.gateway.app import create_app
 
     store = TraceStore(store_path, fsync=fsync)
     upstream = build_upstream(model, upstreams, upstream_kind=upstream_kind, upstream_model=upstream_model,
                               upstream_api_key=upstream_api_key, tool_format=tool_format, device=device,
-                              dtype=dtype, max_batch_rows=max_batch_rows, batch_wait_ms=2.0, probe=probe)
+                              dtype=dtype, max_batch_rows=max_batch_rows, batch_wait_ms=2.0, probe=probe,
+                              weight_version=weight_version)
     app = create_app(upstream, store, model_name=model, api_key=api_key, max_body_bytes=max_body_bytes)
     where = f"fd {fd}" if fd is not None else f"http://{host}:{port}"
     logger.info("serving %s at %s/v1 (sessions: /sessions/{id}/v1), traces in %s", model, where, store_path)
@@ -125,6 +129,7 @@ def build_upstream(
     max_batch_rows: int = 64,
     batch_wait_ms: float = 2.0,
     probe: bool = True,
+    weight_version: int = 0,
 ) -> Any:
     """The gateway's upstream: the OpenAI-compatible servers at ``upstreams`` (probed now, so nothing
     answering fails at start-up rather than on the first request), or else ``model`` in a local engine
@@ -137,7 +142,7 @@ def build_upstream(
                                                            upstream_model=upstream_model,
                                                            upstream_api_key=upstream_api_key)
         return HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
-                            api_key=upstream_api_key)
+                            api_key=upstream_api_key, weight_version=weight_version)
     from rllm.gateway.upstreams import LocalUpstream
     from rllm.inference.local import LocalEngine
     from rllm.models import resolve_model

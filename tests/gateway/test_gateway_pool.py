@@ -154,6 +154,9 @@ def test_a_killed_worker_is_reported_restarted_on_its_port_and_stop_leaves_nothi
     try:
         victim = p.urls[1]
         pid = p.pids[1]
+        for url in p.urls:  # the trainer's weight sync, as it sets every worker's policy
+            r = httpx.post(f"{url}/admin/policy", json={"model": None, "weight_version": 5}, timeout=30)
+            assert r.status_code == 200, r.text
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while _alive(pid) and not p.dead():
@@ -172,6 +175,10 @@ def test_a_killed_worker_is_reported_restarted_on_its_port_and_stop_leaves_nothi
         r = httpx.post(f"{victim}/sessions/after-restart/v1/completions", timeout=30,
                        json={"model": "policy", "prompt": "The", "max_tokens": 2})
         assert r.status_code == 200, r.text
+        # The restarted worker took its sibling's policy: its traces record the version the others do.
+        with TraceStore(tmp_path / "traces.db") as store:
+            (trace,) = store.list("after-restart")
+        assert trace.weight_version == 5 and trace.upstream in [f"{u}/v1" for u in upstreams]
         pids = p.pids
     finally:
         p.stop()
