@@ -95,7 +95,7 @@ def test_failing_first_setup_fails_ci_and_runs_no_tests(tmp_path: Path) -> None:
     ("script", "tier", "tests_before"),
     [
         ("setup_ui_tests.sh", "ui browser", 2),
-        ("setup_bench.sh", "benchmarks --quick", 3),
+        ("setup_bench.sh", "benchmarks --quick", 4),
         ("setup_vllm.sh", "slow and vllm", 4),
     ],
 )
