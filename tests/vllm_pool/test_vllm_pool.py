@@ -19,23 +19,17 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from pool_support import LOGPROB_TOL, PROMPTS, sample, train_batch
 
-from rllm.algorithms.transforms import TrajectoryGroup, build_train_batch
-from rllm.engine.assembly import assemble_steps
 from rllm.inference.base import SamplingParams
 from rllm.inference.vllm_pool import VLLMPoolEngine, VLLMPoolError
 from rllm.inference.vllm_server import default_vllm_python, unload_lora_adapter
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
-from rllm.types import Episode, Trajectory
 from rllm.utils.config import load_config
 
 pytestmark = pytest.mark.vllm
 
-# As tests/slow/test_vllm.py: trainer (float32) vs vLLM (float32) logprobs of the same tokens, measured max
-# |diff| ~5e-5 on this model; the bound leaves room for other CPUs' kernels.
-LOGPROB_TOL = 2e-3
-PROMPTS = ["Count from 1 to 9:", "The capital of France is", "Write a haiku about rain.", "2 + 2 ="]
 
 
 @pytest.fixture(scope="module")
@@ -79,26 +73,6 @@ def _alive(pgid: int) -> bool:
         return False
 
 
-def _sample(engine: VLLMPoolEngine, tag: str, **params: object) -> list:
-    async def run() -> list:
-        sp = SamplingParams(max_tokens=12, temperature=0.0, **params)  # type: ignore[arg-type]
-        prompts = [engine.apply_chat_template([{"role": "user", "content": p}]) for p in PROMPTS]
-        out = await asyncio.gather(*(engine.generate(ids, sp, session_id=f"{tag}-{i}") for i, ids in enumerate(prompts)))
-        return [c for cs in out for c in cs]
-
-    return asyncio.run(run())
-
-
-def _batch(engine: VLLMPoolEngine, tag: str):  # type: ignore[no-untyped-def]
-    assert engine.trace_store is not None
-    steps = [s for i in range(len(PROMPTS)) for s in assemble_steps(engine.trace_store.list(f"{tag}-{i}"))[0]]
-    for k, s in enumerate(steps):
-        s.advantage = 1.0 if k % 2 == 0 else -1.0
-    episode = Episode(task_id="t", trajectories=[Trajectory(steps=steps)])
-    return build_train_batch([TrajectoryGroup(task_id="t", trajectory_name="default",
-                                              members=[(episode, episode.trajectories[0])])], merge=False)
-
-
 def _check_parity(backend: LocalBackend, batch) -> float:  # type: ignore[no-untyped-def]
     """The trainer recomputes the logprobs vLLM reported, and the greedy tokens are its argmax tokens."""
     recomputed = backend.compute_logprobs(batch)
@@ -117,9 +91,9 @@ def _check_parity(backend: LocalBackend, batch) -> float:  # type: ignore[no-unt
 def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, backend: LocalBackend, model_dir: str) -> None:
     cfg = _cfg(model_dir)
     assert pool.weight_version == 0
-    before = _sample(pool, "v0")
+    before = sample(pool, "v0")
     assert {c.weight_version for c in before} == {0}
-    batch = _batch(pool, "v0")
+    batch = train_batch(pool, "v0")
     print(f"\nv0: trainer vs vLLM max |diff| {_check_parity(backend, batch):.2e}")
     served: set[str] = set()
     for version in (1, 2):
@@ -129,9 +103,9 @@ def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, backend: LocalBac
         backend.sync_weights_to(pool)  # -> pool.sync_from(backend, version=backend.step)
         print(f"v{version}: LoRA sync into 2 servers {time.perf_counter() - t0:.2f}s")
         assert pool.weight_version == version == backend.step
-        after = _sample(pool, f"v{version}")
+        after = sample(pool, f"v{version}")
         assert {c.weight_version for c in after} == {version}
-        batch = _batch(pool, f"v{version}")
+        batch = train_batch(pool, f"v{version}")
         print(f"v{version}: trainer vs vLLM max |diff| {_check_parity(backend, batch):.2e}")
         assert pool.trace_store is not None
         traces = [t for i in range(len(PROMPTS)) for t in pool.trace_store.list(f"v{version}-{i}")]
@@ -139,7 +113,7 @@ def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, backend: LocalBac
         served |= {t.upstream for t in traces}
     assert len(served) == 2  # both servers sampled from the synced adapters
     # The adapter really changed what is sampled: the base model's logprobs of the v0 tokens moved.
-    moved = _sample(pool, "moved")
+    moved = sample(pool, "moved")
     assert any(a.completion_ids != b.completion_ids or max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) > 0.05
                for a, b in zip(before, moved))
     assert sorted(p.name for p in pool.sync_dir.iterdir()) == ["v2"]  # older versions' files removed
@@ -156,7 +130,7 @@ def test_gateway_processes_over_attached_servers(pool: VLLMPoolEngine, backend: 
         assert len(engine.gateway_urls) == 2 and engine.servers == []
         version = backend.step + 10
         engine.sync_from(backend, version=version)
-        out = _sample(engine, "gw")
+        out = sample(engine, "gw")
         assert {c.weight_version for c in out} == {version}
         assert engine.trace_store is not None
         traces = [t for i in range(len(PROMPTS)) for t in engine.trace_store.list(f"gw-{i}")]
@@ -229,4 +203,4 @@ def test_killing_a_server_mid_step_loses_and_duplicates_nothing(pool: VLLMPoolEn
     pool.sync_from(backend, version=3)
     m = pool.metrics()
     assert m["pool/servers_retired"] == 1 and pool.weight_version == 3
-    assert {c.weight_version for c in _sample(pool, "after-kill")} == {3}
+    assert {c.weight_version for c in sample(pool, "after-kill")} == {3}
