@@ -50,7 +50,7 @@ from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.pool import GatewayProcesses, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
-from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.base import Completion, SamplingParams, WeightSyncError
 from rllm.inference.lora_probe import check_max_lora_rank
 from rllm.inference.vllm_server import (
     MAX_LORA_RANKS,
@@ -82,12 +82,23 @@ class VLLMPoolError(ValueError):
     servers cannot hold ...). One line saying what to change; nothing is left running."""
 
 
-class VLLMSyncError(RuntimeError):
+class VLLMSyncError(WeightSyncError):
     """A weight sync failed: which server, and why. The pool still samples from the previous version."""
 
 
 class VLLMCallError(RuntimeError):
     """A sampling call through the gateway failed (every server refused or was unreachable)."""
+
+
+def _server_env(cpus: str | None, devices: str | None) -> dict[str, str] | None:
+    """A started server's own environment: its CPU cores (CPU build, several servers on a host) and its GPUs
+    (``inference.vllm.servers[i].devices``, so servers and trainer ranks use different GPUs of a node)."""
+    env = {}
+    if cpus:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpus
+    if devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = devices
+    return env or None
 
 
 class VLLMPoolEngine:
@@ -97,6 +108,8 @@ class VLLMPoolEngine:
     started (servers, gateway, trace store). ``weight_version`` is the version the gateway records on new
     calls; ``stats["generated_tokens"]`` counts sampled tokens; :meth:`metrics` reports the pool's health.
     """
+
+    routes_by_session = True  # RolloutContext passes the episode id: one gateway session per episode
 
     def __init__(
         self,
@@ -209,7 +222,7 @@ class VLLMPoolEngine:
                 extra_args=o.extra_args if o and o.extra_args is not None else s.extra_args,
                 enable_lora=self.lora, max_lora_rank=self.max_lora_rank or 16,
                 dev_mode=not self.lora,  # a full fine-tune reloads weights through vLLM's dev routes
-                env={"VLLM_CPU_OMP_THREADS_BIND": cpu_sets[i]} if cpu_sets else None,
+                env=_server_env(cpu_sets[i] if cpu_sets else None, o.devices if o else None),
             ))
         return servers
 

@@ -158,11 +158,11 @@ class AgentTrainer:
         from rllm.gateway.upstreams import LocalUpstream
         from rllm.sdk.workflow import GatewayWorkflow
 
-        if getattr(self.engine, "gateway_url", None) is not None:  # the engine's own gateway (a vLLM pool)
+        if getattr(self.engine, "gateway_urls", None):  # the engine's own gateway(s) (a vLLM pool)
             self.trace_store = self.engine.trace_store
-            logger.info("agent flow %s runs against the engine's gateway at %s", self.agent_flow.name,
-                        self.engine.gateway_url)
-            return GatewayWorkflow(self.agent_flow, self.evaluator, gateway_url=self.engine.gateway_url,
+            logger.info("agent flow %s runs against the engine's gateway(s) at %s", self.agent_flow.name,
+                        ", ".join(self.engine.gateway_urls))
+            return GatewayWorkflow(self.agent_flow, self.evaluator, gateway_url=self.engine.gateway_urls,
                                    model=self.cfg.model.path, store=self.trace_store)
         # HTTP calls of concurrent episodes arrive a few ms apart: let them meet in one batch.
         self.engine.batch_wait_s = self.cfg.rollout.gateway_batch_wait_ms / 1000.0
@@ -175,7 +175,7 @@ class AgentTrainer:
                                model=self.cfg.model.path, store=self.trace_store)
 
     def _stop_gateway(self) -> None:
-        if self.gateway is not None:
+        if self.gateway is not None:  # the embedded one; an engine's own gateway closes with the engine
             self.gateway.stop()
             self.trace_store.close()
             self.gateway = None

@@ -29,7 +29,15 @@ def build_engine(cfg: TrainConfig, model_path: str, *, run_dir: Path) -> Any:
             max_batch_rows=cfg.inference.max_batch_rows, seed=cfg.trainer.seed,
         )
     if name == "vllm":
-        from rllm.inference.vllm_pool import VLLMPoolEngine
+        from rllm.inference.vllm_pool import VLLMPoolEngine, VLLMPoolError
+        from rllm.trainer.backends.base import UnsupportedConfigError
 
-        return VLLMPoolEngine.from_train_config(cfg, model_path, run_dir=run_dir).start()
+        engine = VLLMPoolEngine.from_config(
+            cfg, model_path, trace_store_path=run_dir / "traces.db", sync_dir=run_dir / "weight_sync",
+            log_dir=run_dir / "vllm_logs",
+        )
+        try:
+            return engine.start()  # leaves nothing running when it fails
+        except VLLMPoolError as exc:  # a start-up refusal: one line, exit code 2
+            raise UnsupportedConfigError(str(exc)) from None
     raise ValueError(f"inference.engine={name!r} is not an engine: choose one of {', '.join(ENGINES)}")
