@@ -62,7 +62,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--response-tokens", type=int, default=32)
     p.add_argument("--micro-batch-size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=3, help="timed steps, after one warm-up step")
+    p.add_argument("--steps", type=int, default=5, help="timed steps, after one warm-up step")
     p.add_argument("--only", choices=WORKERS, default=None, help="run one setting only")
     p.add_argument("--quick", action="store_true", help="plumbing check: tiny model, 4 sequences, 2 steps")
     p.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)

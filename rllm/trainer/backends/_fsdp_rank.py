@@ -4,7 +4,8 @@ A rank runs in its own process (a Ray actor, see ``distributed.py``) and joins o
 group with the others. It reuses :class:`LocalBackend`'s math unchanged (padding, the shared-prefix
 forward, the loss, the LR schedule); what differs is where parameters live:
 
-- every decoder layer is its own ``fully_shard`` unit and a thin root module (``_ShardedRoot``) holds the
+- every decoder layer is its own ``fully_shard`` unit (at world size 1 nothing is sharded: the one rank
+  keeps the plain model; checkpoints stay DCP, so they load at any world size) and a thin root module (``_ShardedRoot``) holds the
   rest (embeddings, final norm, LM head: tied weights stay in one unit). The loss code calls the decoder
   and the LM head separately, so it runs *inside* the root's forward, where FSDP2 has gathered the
   root's parameters;
@@ -80,6 +81,10 @@ class _ShardedBackend(LocalBackend):
             if self.device.type == "cuda" and self.autocast_dtype is not None
             else MixedPrecisionPolicy()
         )
+        if self._mesh.size() == 1:
+            # Nothing to shard: FSDP2 on one rank would only add a second full copy of every weight and
+            # copy each in and out per pass (measured +40 % forward/backward time on the 135M shape).
+            return model
         reshard = self.cfg.backend.distributed.reshard_after_forward
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         for layer in base.get_decoder().layers:
@@ -99,7 +104,10 @@ class _ShardedBackend(LocalBackend):
         self, model: torch.nn.Module, t: dict[str, torch.Tensor], *, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         inner = super()._response_logprobs
-        return self._roots[id(model)](inner, model, t, with_entropy=with_entropy)
+        root = self._roots.get(id(model))
+        if root is None:  # world size 1: the plain model
+            return inner(model, t, with_entropy=with_entropy)
+        return root(inner, model, t, with_entropy=with_entropy)
 
     def _clip_gradients(self, params: list[torch.nn.Parameter]) -> torch.Tensor:
         grads = [p.grad for p in params if p.grad is not None]

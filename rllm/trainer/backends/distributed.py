@@ -160,7 +160,8 @@ class DistributedBackend(TrainingBackend):
                 ray.init(address=dc.ray_address, include_dashboard=False, logging_level=logging.WARNING)
             except ConnectionError as e:
                 raise UnsupportedConfigError(
-                    f"backend.distributed.ray_address={dc.ray_address!r}: no Ray cluster there ({e}); start one "
+                    f"backend.distributed.ray_address={dc.ray_address!r}: no Ray cluster there "
+                    f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); start one "
                     "(`ray start --head`) or set backend.distributed.ray_address=null"
                 ) from None
             self._started_ray = True
@@ -176,6 +177,10 @@ class DistributedBackend(TrainingBackend):
         gpus = dc.gpus_per_rank if dc.gpus_per_rank is not None else (1.0 if device == "cuda" else 0.0)
         if device == "cuda" and gpus <= 0:
             raise UnsupportedConfigError("backend.device=cuda needs backend.distributed.gpus_per_rank > 0")
+        if comm == "nccl" and gpus < 1 and self.world_size > 1:
+            raise UnsupportedConfigError(
+                f"backend.distributed.gpus_per_rank={gpus:g}: NCCL needs each rank on a GPU of its own; set it to 1"
+            )
         bundle = {"CPU": dc.cpus_per_rank, **({"GPU": gpus} if gpus else {})}
         self._reserve(ray, bundle, total, started)
 
