@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,6 +84,24 @@ def _no_hf_progress_bars_in_logs() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM (a scheduler's cancel, ``kill``) unwinds like Ctrl-C, so the trainer's ``finally`` stops what it
+    started in other process groups (vLLM servers, Ray actors) instead of leaving them running."""
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, unwind)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``rllm train``; returns the process exit code."""
     # Imported here: the trainer pulls in torch and transformers, which `rllm --help` should not wait for.
@@ -116,7 +135,7 @@ def run_train(args: argparse.Namespace) -> int:
         "LoRA" if config.lora.enabled else "full fine-tune", trainer.run_dir,
     )
     try:
-        with _no_hf_progress_bars_in_logs():
+        with _no_hf_progress_bars_in_logs(), _sigterm_unwinds():
             result = trainer.train()
     except UnsupportedConfigError as err:  # e.g. the run directory already has checkpoints
         return _error(err, EXIT_USAGE)

@@ -7,12 +7,10 @@ import socket
 import sys
 
 import pytest
-from conftest import PAD_ID, make_config
+from conftest import PAD_ID, make_config, require_ray
 
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.distributed import DistributedBackend
-
-ray = pytest.importorskip("ray")
 
 
 def _free_port() -> int:
@@ -22,19 +20,21 @@ def _free_port() -> int:
 
 
 def test_unreachable_ray_address(tiny_model_dir) -> None:
+    require_ray()
     address = f"127.0.0.1:{_free_port()}"  # nothing listens there
     cfg = make_config(tiny_model_dir, f"backend.distributed.ray_address={address}")
     with pytest.raises(UnsupportedConfigError, match="is unreachable.*ray start --head") as e:
         DistributedBackend(cfg, str(tiny_model_dir), pad_id=PAD_ID)
     assert "\n" not in str(e.value) and address in str(e.value)
-    assert not ray.is_initialized()
+    assert not require_ray().is_initialized()
 
 
 def test_nccl_on_cpu(tiny_model_dir) -> None:
+    require_ray()
     cfg = make_config(tiny_model_dir, "backend.distributed.comm=nccl")
     with pytest.raises(UnsupportedConfigError, match="comm=nccl needs GPUs.*set comm=gloo"):
         DistributedBackend(cfg, str(tiny_model_dir), pad_id=PAD_ID)
-    assert not ray.is_initialized()
+    assert not require_ray().is_initialized()
 
 
 def test_ray_not_installed(tiny_model_dir, monkeypatch: pytest.MonkeyPatch) -> None:

