@@ -100,6 +100,7 @@ class HTTPUpstream:
         # aiohttp, not httpx: httpx's connection pool walks every pooled connection on each request, which
         # dominated the gateway's CPU at 64+ concurrent sessions. Created on first use, inside the loop.
         self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
         self._health_task: asyncio.Task | None = None
         self._started = False
         self._start_lock: asyncio.Lock | None = None
@@ -116,9 +117,35 @@ class HTTPUpstream:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 headers=self._headers, timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
+                # Idle connections are dropped after 4 s, before the servers' own keep-alive timeout (uvicorn's
+                # default 5 s, which vLLM and SGLang use) closes them under a request that reuses one.
+                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=4.0),
             )
         return self._session
+
+    def _fresh_http(self) -> aiohttp.ClientSession:
+        """A session that never reuses a connection: the retry of a call whose pooled connection failed."""
+        if self._fresh_session is None:
+            self._fresh_session = aiohttp.ClientSession(
+                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                connector=aiohttp.TCPConnector(force_close=True),
+            )
+        return self._fresh_session
+
+    async def _post(self, w: Worker, path: str, payload: bytes) -> tuple[int, bytes]:
+        """POST to one worker. A connection-level failure is retried once on a fresh connection before the
+        worker is blamed: a pooled keep-alive connection the server closed just as it was reused fails
+        like a dead server (a one-server training run lost 60 of its 2,048 episodes to "Cannot write request
+        body" before this). A time-out is not retried here: the worker did not answer in time."""
+        headers = {"Content-Type": "application/json"}
+        try:
+            async with self._http().post(w.base_url + path, data=payload, headers=headers) as resp:
+                return resp.status, await resp.read()
+        except aiohttp.ClientConnectionError as exc:
+            if isinstance(exc, asyncio.TimeoutError):
+                raise
+            async with self._fresh_http().post(w.base_url + path, data=payload, headers=headers) as resp:
+                return resp.status, await resp.read()
 
     async def _get(self, url: str, timeout_s: float) -> tuple[int, Any]:
         async with self._http().get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
@@ -255,9 +282,7 @@ class HTTPUpstream:
             tried.add(w.base_url)
             w.inflight += 1
             try:
-                async with self._http().post(w.base_url + path, data=payload,
-                                             headers={"Content-Type": "application/json"}) as resp:
-                    status, raw = resp.status, await resp.read()
+                status, raw = await self._post(w, path, payload)
             except _RETRYABLE as exc:
                 w.healthy, w.failures = False, w.failures + 1
                 last = w.last_error = f"{w.base_url}: {type(exc).__name__}: {exc}"
@@ -355,8 +380,9 @@ class HTTPUpstream:
     async def aclose(self) -> None:
         if self._health_task is not None:
             self._health_task.cancel()
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
 
 
 def _token_ids_and_logprobs(
