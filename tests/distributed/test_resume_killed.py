@@ -35,14 +35,22 @@ def _comparable(record: dict) -> dict:
     return {k: v for k, v in record.items() if not (k.startswith(_TIMING) or k.endswith("_s"))}
 
 
-def _ray_processes() -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "raylet|gcs_server|ray::"], capture_output=True, text=True, check=False).stdout
+def _wait_for_no_ray(timeout_s: float) -> list[str]:
+    """Ray's per-node agents outlive a driver that died by up to a minute or so, then exit by themselves."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _ray_processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+def _ray_processes(pattern: str = "raylet|gcs_server|ray::") -> list[str]:
+    out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, check=False).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
 
 
 def test_killed_distributed_trainer_resumes_exactly(tiny_model_dir: Path, tmp_path: Path) -> None:
     require_ray()
-    assert not _ray_processes(), "another Ray cluster runs on this machine; this test checks for leftovers"
+    assert not _wait_for_no_ray(120), "another Ray cluster runs on this machine; this test checks for leftovers"
     a = tmp_path / "a"
     resume_job.run(str(tiny_model_dir), str(a), *DIST)
 
@@ -55,10 +63,12 @@ def test_killed_distributed_trainer_resumes_exactly(tiny_model_dir: Path, tmp_pa
     run = b / "job"
     assert [r["step"] for r in _lines(run)] == [1, 2, 3, 4]
     assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    # The raylet, the GCS and the rank actors die with the driver (Ray's dashboard and runtime-env agents notice a
+    # minute or so later, and exit then: checked at the end).
     deadline = time.monotonic() + 30
-    while _ray_processes() and time.monotonic() < deadline:
+    while _ray_processes("raylet|gcs_server|ray::FSDPRank") and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _ray_processes(), "the killed driver's Ray processes outlived it"
+    assert not _ray_processes("raylet|gcs_server|ray::FSDPRank"), "the killed driver's Ray processes outlived it"
 
     resume_job.run(str(tiny_model_dir), str(b), "trainer.resume=true", *DIST)
     assert [r["step"] for r in _lines(run)] == [1, 2, 3, 4]
@@ -69,14 +79,14 @@ def test_killed_distributed_trainer_resumes_exactly(tiny_model_dir: Path, tmp_pa
     assert final_a.keys() == final_b.keys() and final_a
     unequal = [k for k in final_a if not (final_a[k] == final_b[k]).all()]
     assert not unequal, f"{len(unequal)} of {len(final_a)} tensors differ, e.g. {unequal[:3]}"
-    assert not _ray_processes()
+    assert not _wait_for_no_ray(120), "Ray processes outlived the runs"
 
 
 def test_sigterm_stops_the_run_and_everything_it_started(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A scheduler's cancel (SIGTERM to `rllm train`) unwinds the trainer: its Ray cluster and rank actors stop
     with it, where the default SIGTERM action would leave them (and vLLM servers) running."""
     require_ray()
-    assert not _ray_processes(), "another Ray cluster runs on this machine; this test checks for leftovers"
+    assert not _wait_for_no_ray(120), "another Ray cluster runs on this machine; this test checks for leftovers"
     log = tmp_path / "train.log"
     cmd = [sys.executable, "-m", "rllm", "train", f"model.path={tiny_model_dir}", f"trainer.run_dir={tmp_path}",
            "trainer.steps=1000", "rollout.max_tokens=4", "eval.before=false", "backend.device=cpu", *DIST]
@@ -87,8 +97,7 @@ def test_sigterm_stops_the_run_and_everything_it_started(tiny_model_dir: Path, t
             time.sleep(0.5)
         assert proc.poll() is None and _ray_processes(), log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()[-3000:]
-    deadline = time.monotonic() + 30
-    while _ray_processes() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not _ray_processes(), "Ray processes outlived the cancelled run"
+        # 143 from rllm's handler, or 15 when Ray's own (installed by ray.init) ran: both raise SystemExit, so the
+        # trainer's finally ran; a negative status would mean the signal killed the process outright.
+        assert proc.wait(timeout=60) in (128 + signal.SIGTERM, signal.SIGTERM), log.read_text()[-3000:]
+    assert not _wait_for_no_ray(30), "Ray processes outlived the cancelled run"
