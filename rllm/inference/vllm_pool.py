@@ -182,6 +182,7 @@ class VLLMPoolEngine:
         if not s.urls and s.servers and len(s.servers) != s.num_servers:
             raise VLLMPoolError(f"inference.vllm.servers has {len(s.servers)} entries for num_servers="
                                 f"{s.num_servers}: give one entry per server (or none)")
+        rank = self._check_lora_rank()  # what the config asks, before what this machine has
         if not s.urls:
             python = Path(s.python) if s.python else default_vllm_python()
             if not python.exists():
@@ -189,6 +190,11 @@ class VLLMPoolEngine:
                                     "inference.vllm.python / $RLLM_VLLM_VENV)")
             if not Path(self.model_path).is_dir():
                 raise VLLMPoolError(f"the vLLM servers need a local model directory; {self.model_path} is not one")
+        return rank
+
+    def _check_lora_rank(self) -> int | None:
+        """``--max-lora-rank`` for the servers (None without LoRA), or a refusal of the configured ranks."""
+        s = self.settings
         if self.lora_rank is None:
             return None
         if s.max_lora_rank is None:

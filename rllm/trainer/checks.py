@@ -108,13 +108,13 @@ def _check_placement(cfg: TrainConfig) -> None:
     if b.name != "distributed" and b.distributed.model_fields_set:
         raise UnsupportedConfigError(f"backend.distributed.* applies to backend.name=distributed, not {b.name}: "
                                      "drop it (or set backend.name=distributed)")
-    if b.name == "distributed":
-        if importlib.util.find_spec("ray") is None:
-            raise UnsupportedConfigError("backend.name=distributed places its ranks with Ray, which is not installed: "
-                                         "pip install 'rllm[distributed]' (or bash scripts/setup.sh distributed)")
+    if b.name == "distributed":  # what the config asks first, then what this machine has
         if b.distributed.comm == "nccl" and b.device == "cpu":
             raise UnsupportedConfigError("backend.distributed.comm=nccl needs GPUs, and backend.device=cpu: "
                                          "set backend.distributed.comm=gloo (or auto)")
+        if importlib.util.find_spec("ray") is None:
+            raise UnsupportedConfigError("backend.name=distributed places its ranks with Ray, which is not installed: "
+                                         "pip install 'rllm[distributed]' (or bash scripts/setup.sh distributed)")
     if inf.engine != "vllm" and inf.vllm.model_fields_set:
         raise UnsupportedConfigError(f"inference.vllm.* applies to inference.engine=vllm, not {inf.engine}: drop it "
                                      "(or set inference.engine=vllm)")
