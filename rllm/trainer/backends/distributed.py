@@ -37,23 +37,16 @@ import numpy as np
 import torch
 
 from rllm.algorithms.losses import LossConfig
-from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError
+from rllm.trainer.backends.base import TrainingBackend, UnsupportedConfigError
+from rllm.trainer.backends.local import LOCAL_CAPABILITIES
 from rllm.trainer.config import TrainConfig
 from rllm.types import TrainBatch
 
 logger = logging.getLogger(__name__)
 
-DISTRIBUTED_CAPABILITIES = BackendCapabilities(
-    name="distributed",
-    full_finetune=True,
-    lora=True,
-    losses=frozenset({"ppo", "is", "gspo", "cispo"}),
-    kl_to_reference=True,
-    recompute_old_logprobs=True,
-    bf16_autocast=True,
-    devices=frozenset({"cpu", "cuda"}),
-    share_prefix=False,  # FSDP2 frees a layer's gathered weights after its backward; a second pass needs them
-)
+# The ranks run LocalBackend's math, so they support what it does, except sharing prompt prefixes: FSDP2 frees a
+# layer's gathered weights after its backward, and the shared-prefix forward needs them for a second pass.
+DISTRIBUTED_CAPABILITIES = LOCAL_CAPABILITIES.model_copy(update={"name": "distributed", "share_prefix": False})
 
 DRIVER_RNG = "driver_rng.pt"
 TRAINER_STATE = "trainer_state.pt"  # written by rank 0 (see _fsdp_rank.py)
