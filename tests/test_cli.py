@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import ClassVar
 
@@ -234,3 +235,27 @@ def test_train_end_to_end_on_a_tiny_model(capsys: pytest.CaptureFixture[str], tm
     run_dir = tmp_path / "runs" / "e2e"
     assert "of 4 tasks" in out and str(run_dir / "final_model") in out
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "final_model").is_dir()
+
+
+def test_sigterm_unwinds_then_exits_143_without_finalization(tmp_path: Path) -> None:
+    """`rllm train`'s SIGTERM handler runs the `finally` blocks, then exits 143 at once: atexit handlers and
+    interpreter finalization (where C extensions such as Ray's can crash after a signal) do not run."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import atexit, os, signal, time
+        from pathlib import Path
+        from rllm.cli.train_cmd import _sigterm_unwinds
+        atexit.register(lambda: Path({str(tmp_path / 'atexit')!r}).write_text('ran'))
+        with _sigterm_unwinds():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+            finally:
+                Path({str(tmp_path / 'finally')!r}).write_text('ran')
+        print('not reached')
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 143, proc.stderr
+    assert (tmp_path / "finally").exists()
+    assert not (tmp_path / "atexit").exists()
+    assert "not reached" not in proc.stdout

@@ -97,7 +97,9 @@ def test_sigterm_stops_the_run_and_everything_it_started(tiny_model_dir: Path, t
             time.sleep(0.5)
         assert proc.poll() is None and _ray_processes(), log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)
-        # 143 from rllm's handler, or 15 when Ray's own (installed by ray.init) ran: both raise SystemExit, so the
-        # trainer's finally ran; a negative status would mean the signal killed the process outright.
-        assert proc.wait(timeout=60) in (128 + signal.SIGTERM, signal.SIGTERM), log.read_text()[-3000:]
+        # 143: rllm's handler ran (ray.init's own, which exits 15, was put back out of the way), the trainer's
+        # finally ran, and the process exited without interpreter finalization (which crashed as -6 after Ray's
+        # shutdown in 10 of 14 runs); a negative status would mean a signal killed the process.
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+        assert "run store:" in log.read_text(), "the trainer did not unwind through its finally"
     assert not _wait_for_no_ray(30), "Ray processes outlived the cancelled run"

@@ -28,8 +28,12 @@ from __future__ import annotations
 import logging
 import math
 import random
+import signal
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +154,8 @@ class DistributedBackend(TrainingBackend):
             if dc.ray_address:
                 _check_reachable(dc.ray_address)
             try:
-                ray.init(address=dc.ray_address, include_dashboard=False, logging_level=logging.WARNING)
+                with _keeping_sigterm_handler():
+                    ray.init(address=dc.ray_address, include_dashboard=False, logging_level=logging.WARNING)
             except ConnectionError as e:
                 raise UnsupportedConfigError(
                     f"backend.distributed.ray_address={dc.ray_address!r}: no Ray cluster there "
@@ -406,3 +411,17 @@ class DistributedBackend(TrainingBackend):
             ray.shutdown()
             self._started_ray = False
         self._ray = None
+
+
+@contextmanager
+def _keeping_sigterm_handler() -> Iterator[None]:
+    """``ray.init`` replaces the SIGTERM handler with its own ``sys.exit(15)``; a handler the program set on purpose
+    (``rllm train`` installs one that unwinds and then exits without interpreter finalization, which can crash in
+    Ray's extension after a SIGTERM) is put back. A program that left SIGTERM at its default keeps Ray's."""
+    on_main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if on_main else None
+    try:
+        yield
+    finally:
+        if callable(before):
+            signal.signal(signal.SIGTERM, before)
