@@ -24,8 +24,10 @@ COMPLETION_TOKENS = 16
 PROMPT_TOKENS = 32
 CHAT_REQUEST = {
     "model": MODEL,
-    "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                 {"role": "user", "content": "What is 2 + 2? Answer in one word."}],
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is 2 + 2? Answer in one word."},
+    ],
     "max_tokens": COMPLETION_TOKENS,
     "temperature": 1.0,
 }
@@ -36,16 +38,32 @@ CHAT_REQUEST = {
 
 
 def _fake_chat_reply(token_ids: bool, logprobs: bool, completion_tokens: int = COMPLETION_TOKENS) -> bytes:
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": "a" * completion_tokens},
-                              "finish_reason": "length"}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "a" * completion_tokens},
+        "finish_reason": "length",
+    }
     if logprobs:
-        choice["logprobs"] = {"content": [{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}
-                                          for _ in range(completion_tokens)]}
+        choice["logprobs"] = {
+            "content": [
+                {"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}
+                for _ in range(completion_tokens)
+            ]
+        }
     if token_ids:
         choice["token_ids"] = [64 + i for i in range(completion_tokens)]
-    reply: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": MODEL,
-                             "choices": [choice], "usage": {"prompt_tokens": PROMPT_TOKENS, "total_tokens":
-                             PROMPT_TOKENS + completion_tokens, "completion_tokens": completion_tokens}}
+    reply: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": MODEL,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": PROMPT_TOKENS,
+            "total_tokens": PROMPT_TOKENS + completion_tokens,
+            "completion_tokens": completion_tokens,
+        },
+    }
     if token_ids:
         reply["prompt_token_ids"] = list(range(1000, 1000 + PROMPT_TOKENS))
     return json.dumps(reply).encode()
@@ -53,8 +71,9 @@ def _fake_chat_reply(token_ids: bool, logprobs: bool, completion_tokens: int = C
 
 def _http_response(status: int, body: bytes) -> bytes:
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 class _FakeUpstreamProtocol(asyncio.Protocol):
@@ -106,20 +125,31 @@ def run_fake_upstream(port: int, completion_tokens: int = COMPLETION_TOKENS) -> 
     """Serve on ``port``; every chat reply has ``completion_tokens`` tokens, whatever was asked."""
     import uvloop
 
-    replies: dict[Any, bytes] = {(t, lp): _http_response(200, _fake_chat_reply(t, lp, completion_tokens))
-                                 for t in (False, True) for lp in (False, True)}
+    replies: dict[Any, bytes] = {
+        (t, lp): _http_response(200, _fake_chat_reply(t, lp, completion_tokens))
+        for t in (False, True)
+        for lp in (False, True)
+    }
     replies |= {
         b"/health": _http_response(200, b"{}"),
         b"/version": _http_response(200, b'{"version":"fake"}'),
-        b"/v1/models": _http_response(200, json.dumps({"object": "list", "data": [
-            {"id": MODEL, "object": "model", "created": 0, "owned_by": "fake-upstream"}]}).encode()),
+        b"/v1/models": _http_response(
+            200,
+            json.dumps(
+                {
+                    "object": "list",
+                    "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "fake-upstream"}],
+                }
+            ).encode(),
+        ),
         "bad": _http_response(400, b'{"error":{"message":"bad json"}}'),
         "404": _http_response(404, b'{"error":{"message":"not found"}}'),
     }
 
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(
-            lambda: _FakeUpstreamProtocol(replies), "127.0.0.1", port, backlog=4096)
+            lambda: _FakeUpstreamProtocol(replies), "127.0.0.1", port, backlog=4096
+        )
         await server.serve_forever()
 
     uvloop.run(main())
@@ -188,8 +218,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
 
 
-async def _load(targets: list[tuple[int, str]], warmup_s: float, duration_s: float,
-                watch: dict[str, list[int]]) -> dict[str, Any]:
+async def _load(
+    targets: list[tuple[int, str]], warmup_s: float, duration_s: float, watch: dict[str, list[int]]
+) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     body = json.dumps(CHAT_REQUEST).encode()
     state = {"measuring": False, "stop": False}
@@ -199,8 +230,10 @@ async def _load(targets: list[tuple[int, str]], warmup_s: float, duration_s: flo
     max_requests = 5_000_000  # a hard cap besides the time limit
 
     async def worker(port: int, path: str) -> None:
-        request = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
-                   f"content-length: {len(body)}\r\n\r\n").encode() + body
+        request = (
+            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode() + body
         conn: _ClientConn | None = None
         perf = time.perf_counter
         while not state["stop"] and counts["ok"] + counts["errors"] < max_requests:
@@ -248,14 +281,21 @@ async def _load(targets: list[tuple[int, str]], warmup_s: float, duration_s: flo
     n = ok1 - ok0
     cpu = {name: (cpu1[name] - cpu0[name]) / window_s for name in watch}
     return {
-        "requests_per_s": n / window_s, "window_s": window_s, "measured": len(latencies),
-        "p50_ms": percentile(latencies, 0.50) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3,
+        "requests_per_s": n / window_s,
+        "window_s": window_s,
+        "measured": len(latencies),
+        "p50_ms": percentile(latencies, 0.50) * 1e3,
+        "p99_ms": percentile(latencies, 0.99) * 1e3,
         "mean_ms": sum(latencies) / len(latencies) * 1e3 if latencies else float("nan"),
         "max_ms": latencies[-1] * 1e3 if latencies else float("nan"),
-        "errors_in_window": err1 - err0, "answered_total": counts["ok"], "errors_total": counts["errors"],
-        "unfinished_workers": len(pending), "cpu_cores": cpu,
+        "errors_in_window": err1 - err0,
+        "answered_total": counts["ok"],
+        "errors_total": counts["errors"],
+        "unfinished_workers": len(pending),
+        "cpu_cores": cpu,
         "cpu_ms_per_request": {k: v * window_s / n * 1e3 if n else float("nan") for k, v in cpu.items()},
-        "first_reply": first.get("reply", "")[:400], "first_error": first.get("error"),
+        "first_reply": first.get("reply", "")[:400],
+        "first_error": first.get("error"),
     }
 
 
@@ -270,7 +310,9 @@ def run_loadgen(args: argparse.Namespace) -> None:
     for i in range(args.sessions):
         session = f"{args.session_prefix}-{i}"
         targets.append((urls[route(list(urls), session)], args.path.format(session=session)))
-    watch = {k: [int(p) for p in v.split("+")] for k, v in (kv.split("=") for kv in args.watch.split(",") if kv)}
+    watch = {
+        k: [int(p) for p in v.split("+")] for k, v in (kv.split("=") for kv in args.watch.split(",") if kv)
+    }
     watch["loadgen"] = [os.getpid()]
     result = uvloop.run(_load(targets, args.warmup, args.duration, watch))
     result["sessions_per_port"] = {str(p): sum(1 for t, _ in targets if t == p) for p in ports}

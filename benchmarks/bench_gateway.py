@@ -113,8 +113,14 @@ class Servers:
         """Start ``cmd`` with ``env`` on top of ours (a None value unsets that variable); output to a log."""
         full = {**os.environ, **(env or {})}
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 (the child owns it)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={k: v for k, v in full.items() if v is not None}, cwd=self.tmp)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={k: v for k, v in full.items() if v is not None},
+            cwd=self.tmp,
+        )
         log.close()
         self.procs[name] = proc
         return proc
@@ -136,14 +142,23 @@ def start_litellm(servers: Servers, upstream_port: int) -> tuple[int | None, str
     """Start the LiteLLM proxy; return (port, version) or (None, why it is missing)."""
     exe = LITELLM_VENV / "bin" / "litellm"
     if not exe.is_file():
-        return None, (f"not installed: {exe} is missing (python3 -m venv {LITELLM_VENV.name} && "
-                      f"{LITELLM_VENV.name}/bin/pip install 'litellm[proxy]')")
+        return None, (
+            f"not installed: {exe} is missing (python3 -m venv {LITELLM_VENV.name} && "
+            f"{LITELLM_VENV.name}/bin/pip install 'litellm[proxy]')"
+        )
     # uvicorn serves it with httptools when that is installed (as for the gateway), else with the slower h11.
-    probe = ("import importlib.metadata as m, importlib.util as u; "
-             "print(m.version('litellm'), 'httptools' if u.find_spec('httptools') else 'h11')")
+    probe = (
+        "import importlib.metadata as m, importlib.util as u; "
+        "print(m.version('litellm'), 'httptools' if u.find_spec('httptools') else 'h11')"
+    )
     try:
-        version, parser = subprocess.run([str(LITELLM_VENV / "bin" / "python"), "-c", probe], capture_output=True,
-                                         text=True, timeout=60, check=True).stdout.split()
+        version, parser = subprocess.run(
+            [str(LITELLM_VENV / "bin" / "python"), "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.split()
     except (subprocess.SubprocessError, OSError, ValueError) as exc:
         return None, f"its venv {LITELLM_VENV} is broken: {exc}"
     version = f"{version} (uvicorn with {parser})"
@@ -165,11 +180,20 @@ def start_litellm(servers: Servers, upstream_port: int) -> tuple[int | None, str
     port = free_port()
     # No database (so no spend logs), no API key (like the gateway here; loopback only), telemetry vetoed,
     # the bundled model-cost map instead of a download at start-up, warnings only.
-    env = {"LITELLM_TELEMETRY_DISABLED": "true", "LITELLM_LOG": "WARNING", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true", "DISABLE_ADMIN_UI": "True",
-           "DATABASE_URL": None, "LITELLM_MASTER_KEY": None}
-    proc = servers.start("litellm", [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port",
-                                     str(port), "--num_workers", "1"], env)
+    env = {
+        "LITELLM_TELEMETRY_DISABLED": "true",
+        "LITELLM_LOG": "WARNING",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+        "DISABLE_ADMIN_UI": "True",
+        "DATABASE_URL": None,
+        "LITELLM_MASTER_KEY": None,
+    }
+    proc = servers.start(
+        "litellm",
+        [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
+        env,
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, timeout_s=180)
     except RuntimeError as exc:
@@ -177,14 +201,36 @@ def start_litellm(servers: Servers, upstream_port: int) -> tuple[int | None, str
     return port, version
 
 
-def run_point(args: argparse.Namespace, ports: list[int], path: str, sessions: int, prefix: str,
-              watch: dict[str, list[int]]) -> dict[str, Any]:
+def run_point(
+    args: argparse.Namespace,
+    ports: list[int],
+    path: str,
+    sessions: int,
+    prefix: str,
+    watch: dict[str, list[int]],
+) -> dict[str, Any]:
     result_file = Path(tempfile.mkstemp(prefix="rllm-bench-gw-", suffix=".json")[1])
-    cmd = [sys.executable, __file__, "--loadgen", "--ports", ",".join(map(str, ports)), "--path", path,
-           "--sessions", str(sessions), "--session-prefix", prefix, "--warmup", str(args.warmup),
-           "--duration", str(args.duration),
-           "--watch", ",".join(f"{k}={'+'.join(map(str, v))}" for k, v in watch.items()),
-           "--result-file", str(result_file)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--loadgen",
+        "--ports",
+        ",".join(map(str, ports)),
+        "--path",
+        path,
+        "--sessions",
+        str(sessions),
+        "--session-prefix",
+        prefix,
+        "--warmup",
+        str(args.warmup),
+        "--duration",
+        str(args.duration),
+        "--watch",
+        ",".join(f"{k}={'+'.join(map(str, v))}" for k, v in watch.items()),
+        "--result-file",
+        str(result_file),
+    ]
     try:
         subprocess.run(cmd, check=True, timeout=args.warmup + args.duration + 120)
         return json.loads(result_file.read_text())
@@ -260,15 +306,22 @@ def target_lines(c: int, points: dict[str, Any]) -> list[str]:
                 continue
             added = r["p50_ms"] - direct["p50_ms"]
             verdict = "PASS" if added <= TARGET_ADDED_P50_MS else "FAIL"
-            out.append(f"- {name}: added p50 {added:+.2f} ms at 1 session (target <= {TARGET_ADDED_P50_MS:g} ms): "
-                       f"{verdict}")
+            out.append(
+                f"- {name}: added p50 {added:+.2f} ms at 1 session (target <= {TARGET_ADDED_P50_MS:g} ms): "
+                f"{verdict}"
+            )
     if c == TARGET_THROUGHPUT_SESSIONS:
         for name, r in gateways:
             verdict = "PASS" if r["requests_per_s"] >= TARGET_THROUGHPUT_RPS else "FAIL"
-            which = ("the durable row: the target" if name.endswith("(fsync on)")
-                     else "not power-loss durable: for reference, not the target")
-            out.append(f"- {name}: {r['requests_per_s']:,.0f} req/s at {c} sessions (target >= "
-                       f"{TARGET_THROUGHPUT_RPS:,} req/s with durable traces; {which}): {verdict}")
+            which = (
+                "the durable row: the target"
+                if name.endswith("(fsync on)")
+                else "not power-loss durable: for reference, not the target"
+            )
+            out.append(
+                f"- {name}: {r['requests_per_s']:,.0f} req/s at {c} sessions (target >= "
+                f"{TARGET_THROUGHPUT_RPS:,} req/s with durable traces; {which}): {verdict}"
+            )
     return out or [f"- no target is set at {c} session(s)"]
 
 
@@ -287,19 +340,49 @@ def report(results: dict[str, Any]) -> str:
             add50 = r["p50_ms"] - direct["p50_ms"] if direct and name != "direct" else None
             add99 = r["p99_ms"] - direct["p99_ms"] if direct and name != "direct" else None
             proxy = "gateway" if name.startswith("rllm-gateway") else "litellm" if name == "litellm" else None
-            vs_litellm = (r["requests_per_s"] / litellm["requests_per_s"]
-                          if litellm and litellm["requests_per_s"] > 0 and name.startswith("rllm-gateway") else None)
+            vs_litellm = (
+                r["requests_per_s"] / litellm["requests_per_s"]
+                if litellm and litellm["requests_per_s"] > 0 and name.startswith("rllm-gateway")
+                else None
+            )
             cpu = r["cpu_cores"]
-            rows.append([name, durability(name), fmt(r["requests_per_s"], 0), fmt(r["p50_ms"]), fmt(r["p99_ms"]),
-                         fmt(add50), fmt(add99), f"{vs_litellm:.1f}x" if vs_litellm else "-",
-                         fmt(r["cpu_ms_per_request"][proxy], 3) if proxy else "-",
-                         f"{cpu['loadgen'] * 100:.0f} / {cpu['upstream'] * 100:.0f} / "
-                         + (f"{cpu[proxy] * 100:.0f}" if proxy else "-"),
-                         str(r["errors_total"])])
-        lines += [f"\n**{c} concurrent session(s)**\n", markdown_table(
-            ["path", "traces", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "req/s vs LiteLLM",
-             "proxy CPU ms/req", "CPU % loadgen / upstream / proxy", "errors"], rows),
-            f"\ntargets at {c} session(s):", *target_lines(c, points)]
+            rows.append(
+                [
+                    name,
+                    durability(name),
+                    fmt(r["requests_per_s"], 0),
+                    fmt(r["p50_ms"]),
+                    fmt(r["p99_ms"]),
+                    fmt(add50),
+                    fmt(add99),
+                    f"{vs_litellm:.1f}x" if vs_litellm else "-",
+                    fmt(r["cpu_ms_per_request"][proxy], 3) if proxy else "-",
+                    f"{cpu['loadgen'] * 100:.0f} / {cpu['upstream'] * 100:.0f} / "
+                    + (f"{cpu[proxy] * 100:.0f}" if proxy else "-"),
+                    str(r["errors_total"]),
+                ]
+            )
+        lines += [
+            f"\n**{c} concurrent session(s)**\n",
+            markdown_table(
+                [
+                    "path",
+                    "traces",
+                    "req/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "added p50 ms",
+                    "added p99 ms",
+                    "req/s vs LiteLLM",
+                    "proxy CPU ms/req",
+                    "CPU % loadgen / upstream / proxy",
+                    "errors",
+                ],
+                rows,
+            ),
+            f"\ntargets at {c} session(s):",
+            *target_lines(c, points),
+        ]
     return "\n".join(lines)
 
 
@@ -324,9 +407,16 @@ def scaling_report(results: dict[str, Any], fsync_modes: list[bool]) -> str:
 def start_gateway(tmp: Path, up_port: int, db: Path, fsync: bool, workers: int) -> GatewayProcesses:
     """A gateway of ``workers`` processes over the fake upstream, recording into ``db``: the same
     processes ``rllm gateway --workers N --upstream-kind vllm`` starts."""
-    return GatewayProcesses(workers, model=MODEL, store_path=db, upstreams=[f"http://127.0.0.1:{up_port}/v1"],
-                            upstream_kind="vllm", fsync=fsync, log_dir=tmp / f"gateway-x{workers}-fsync-{fsync}",
-                            start_timeout_s=120).start()
+    return GatewayProcesses(
+        workers,
+        model=MODEL,
+        store_path=db,
+        upstreams=[f"http://127.0.0.1:{up_port}/v1"],
+        upstream_kind="vllm",
+        fsync=fsync,
+        log_dir=tmp / f"gateway-x{workers}-fsync-{fsync}",
+        start_timeout_s=120,
+    ).start()
 
 
 def orchestrate(args: argparse.Namespace) -> int:
@@ -337,14 +427,30 @@ def orchestrate(args: argparse.Namespace) -> int:
     servers = Servers(tmp)
     gateways: list[GatewayProcesses] = []
     store_dir: Path | None = None
-    results: dict[str, Any] = {"concurrency": concurrency, "workers": worker_counts, "duration_s": args.duration,
-                               "warmup_s": args.warmup,
-                               "points": {}, "versions": versions(), "header": header_line(),
-                               "load_average_start": os.getloadavg()[0]}
+    results: dict[str, Any] = {
+        "concurrency": concurrency,
+        "workers": worker_counts,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "points": {},
+        "versions": versions(),
+        "header": header_line(),
+        "load_average_start": os.getloadavg()[0],
+    }
     try:
         up_port = free_port()
-        up = servers.start("fake-upstream", [sys.executable, __file__, "--fake-upstream", "--port", str(up_port),
-                                             "--completion-tokens", str(args.completion_tokens)])
+        up = servers.start(
+            "fake-upstream",
+            [
+                sys.executable,
+                __file__,
+                "--fake-upstream",
+                "--port",
+                str(up_port),
+                "--completion-tokens",
+                str(args.completion_tokens),
+            ],
+        )
         wait_http(f"http://127.0.0.1:{up_port}/health", up, timeout_s=30)
         store_dir = Path(tempfile.mkdtemp(prefix="rllm-bench-store-", dir=args.store_dir))
         results["store_dir"] = str(store_dir)
@@ -360,20 +466,33 @@ def orchestrate(args: argparse.Namespace) -> int:
                 gw = start_gateway(tmp, up_port, stores[name], fsync, n)
                 gateways.append(gw)
                 ports = [int(u.rsplit(":", 1)[1]) for u in gw.urls]
-                paths[name] = (ports, "/sessions/{session}/v1/chat/completions",
-                               {"upstream": [up.pid], "gateway": gw.pids})
+                paths[name] = (
+                    ports,
+                    "/sessions/{session}/v1/chat/completions",
+                    {"upstream": [up.pid], "gateway": gw.pids},
+                )
                 print(f"{name}: pids {gw.pids} ports {ports}, store {stores[name]}", flush=True)
-        ll_port, ll_info = (None, "skipped (--skip-litellm)") if args.skip_litellm else start_litellm(servers, up_port)
+        ll_port, ll_info = (
+            (None, "skipped (--skip-litellm)") if args.skip_litellm else start_litellm(servers, up_port)
+        )
         results["litellm"] = ll_info
         if ll_port is None:
             print(f"LiteLLM is MISSING from this run: {ll_info}", flush=True)
             if args.require_litellm:
-                raise RuntimeError(f"--require-litellm: LiteLLM did not run ({ll_info}); run scripts/setup_bench.sh")
+                raise RuntimeError(
+                    f"--require-litellm: LiteLLM did not run ({ll_info}); run scripts/setup_bench.sh"
+                )
         else:
-            paths["litellm"] = ([ll_port], "/v1/chat/completions",
-                                {"upstream": [up.pid], "litellm": [servers.procs["litellm"].pid]})
-        print(f"fake upstream pid {up.pid} :{up_port}"
-              + (f", litellm pid {servers.procs['litellm'].pid} :{ll_port} ({ll_info})" if ll_port else ""), flush=True)
+            paths["litellm"] = (
+                [ll_port],
+                "/v1/chat/completions",
+                {"upstream": [up.pid], "litellm": [servers.procs["litellm"].pid]},
+            )
+        print(
+            f"fake upstream pid {up.pid} :{up_port}"
+            + (f", litellm pid {servers.procs['litellm'].pid} :{ll_port} ({ll_info})" if ll_port else ""),
+            flush=True,
+        )
         results["paths"] = list(paths)
         answered = dict.fromkeys(stores, 0)
         for c in concurrency:
@@ -383,15 +502,24 @@ def orchestrate(args: argparse.Namespace) -> int:
                 results["points"][str(c)][name] = r
                 if name in answered:
                     answered[name] += r["answered_total"]
-                print(f"  {c:>4} sessions  {name:<26} {r['requests_per_s']:8.0f} req/s  p50 {r['p50_ms']:7.2f} ms  "
-                      f"p99 {r['p99_ms']:7.2f} ms  errors {r['errors_total']}"
-                      + (f"  first error: {r['first_error']}" if r["first_error"] else ""), flush=True)
+                print(
+                    f"  {c:>4} sessions  {name:<26} {r['requests_per_s']:8.0f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+                    f"p99 {r['p99_ms']:7.2f} ms  errors {r['errors_total']}"
+                    + (f"  first error: {r['first_error']}" if r["first_error"] else ""),
+                    flush=True,
+                )
         results["trace_check"] = {}
         for name, db in stores.items():
             traces, trainable = count_traces(db)
-            results["trace_check"][name] = {"traces": traces, "trainable": trainable, "answered": answered[name],
-                                            "ok": traces == answered[name] == trainable}
-        sample = results["points"][str(concurrency[0])][gateway_path(fsync_modes[0], worker_counts[0])]["first_reply"]
+            results["trace_check"][name] = {
+                "traces": traces,
+                "trainable": trainable,
+                "answered": answered[name],
+                "ok": traces == answered[name] == trainable,
+            }
+        sample = results["points"][str(concurrency[0])][gateway_path(fsync_modes[0], worker_counts[0])][
+            "first_reply"
+        ]
         results["load_average_end"] = os.getloadavg()[0]
     finally:
         for gw in gateways:
@@ -401,27 +529,37 @@ def orchestrate(args: argparse.Namespace) -> int:
             shutil.rmtree(store_dir, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
     v = results["versions"]
-    print(f"\n**Gateway overhead: closed-loop chat completions against a FAKE upstream "
-          f"({args.completion_tokens} completion tokens), {args.warmup:g} s warm-up + {args.duration:g} s per point**")
+    print(
+        f"\n**Gateway overhead: closed-loop chat completions against a FAKE upstream "
+        f"({args.completion_tokens} completion tokens), {args.warmup:g} s warm-up + {args.duration:g} s per point**"
+    )
     print(results["header"])
-    print(f"python {v['python']}, rllm {v['rllm']}, uvicorn {v['uvicorn']}, starlette {v['starlette']}, "
-          f"aiohttp {v.get('aiohttp', '?')}, uvloop {v['uvloop']}; litellm: {results['litellm']}; "
-          f"load average {results['load_average_start']:.2f} at start, {results['load_average_end']:.2f} at end")
-    print("note: load generator, fake upstream and proxy share the cores (CPU % below is of one core); added "
-          "latency = path percentile minus direct percentile at the same concurrency; each gateway asks the "
-          "upstream for token ids + logprobs and commits each trace (SQLite WAL) before replying; fsync on: "
-          "synchronous=FULL, every commit fsynced (survives power loss); fsync off: the default, "
-          "synchronous=NORMAL (survives a killed gateway, not power loss)")
-    print(f"trace stores under {results['store_dir']}; one SQLite WAL commit with synchronous=FULL there takes "
-          f"{results['commit_ms']:.2f} ms (median of 50): the floor under the fsync-on gateway's added latency")
+    print(
+        f"python {v['python']}, rllm {v['rllm']}, uvicorn {v['uvicorn']}, starlette {v['starlette']}, "
+        f"aiohttp {v.get('aiohttp', '?')}, uvloop {v['uvloop']}; litellm: {results['litellm']}; "
+        f"load average {results['load_average_start']:.2f} at start, {results['load_average_end']:.2f} at end"
+    )
+    print(
+        "note: load generator, fake upstream and proxy share the cores (CPU % below is of one core); added "
+        "latency = path percentile minus direct percentile at the same concurrency; each gateway asks the "
+        "upstream for token ids + logprobs and commits each trace (SQLite WAL) before replying; fsync on: "
+        "synchronous=FULL, every commit fsynced (survives power loss); fsync off: the default, "
+        "synchronous=NORMAL (survives a killed gateway, not power loss)"
+    )
+    print(
+        f"trace stores under {results['store_dir']}; one SQLite WAL commit with synchronous=FULL there takes "
+        f"{results['commit_ms']:.2f} ms (median of 50): the floor under the fsync-on gateway's added latency"
+    )
     print(report(results))
     print(scaling_report(results, fsync_modes))
     ok = True
     print()
     for name, tc in results["trace_check"].items():
         ok &= tc["ok"]
-        print(f"trace check, {name}: {tc['traces']} traces stored ({tc['trainable']} trainable) for {tc['answered']} "
-              f"requests it answered: {'OK' if tc['ok'] else 'MISMATCH'}")
+        print(
+            f"trace check, {name}: {tc['traces']} traces stored ({tc['trainable']} trainable) for {tc['answered']} "
+            f"requests it answered: {'OK' if tc['ok'] else 'MISMATCH'}"
+        )
     print(f"sample gateway reply: {sample[:200]}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
@@ -432,25 +570,55 @@ def orchestrate(args: argparse.Namespace) -> int:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration", type=float, default=5.0, help="measured seconds per point (default: 5)")
-    p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each point (default: 1)")
-    p.add_argument("--concurrency", default="1,64,256", help="comma-separated concurrent sessions (default: 1,64,256)")
-    p.add_argument("--fsync", choices=["both", "off", "on"], default="both",
-                   help="the gateway's trace-store fsync: both (default: two gateways, one row each), off, on")
-    p.add_argument("--gateway-fsync", action="store_const", const="on", dest="fsync",
-                   help="the same as --fsync on (kept for older commands)")
-    p.add_argument("--workers", default="1,2,4", help="comma-separated gateway worker-process counts, one gateway "
-                   "(and one row) each (default: 1,2,4)")
-    p.add_argument("--completion-tokens", type=int, default=COMPLETION_TOKENS,
-                   help=f"tokens (ids + logprobs) in each fake reply, so in each trace (default: {COMPLETION_TOKENS})")
+    p.add_argument(
+        "--warmup", type=float, default=1.0, help="unmeasured seconds before each point (default: 1)"
+    )
+    p.add_argument(
+        "--concurrency", default="1,64,256", help="comma-separated concurrent sessions (default: 1,64,256)"
+    )
+    p.add_argument(
+        "--fsync",
+        choices=["both", "off", "on"],
+        default="both",
+        help="the gateway's trace-store fsync: both (default: two gateways, one row each), off, on",
+    )
+    p.add_argument(
+        "--gateway-fsync",
+        action="store_const",
+        const="on",
+        dest="fsync",
+        help="the same as --fsync on (kept for older commands)",
+    )
+    p.add_argument(
+        "--workers",
+        default="1,2,4",
+        help="comma-separated gateway worker-process counts, one gateway (and one row) each (default: 1,2,4)",
+    )
+    p.add_argument(
+        "--completion-tokens",
+        type=int,
+        default=COMPLETION_TOKENS,
+        help=f"tokens (ids + logprobs) in each fake reply, so in each trace (default: {COMPLETION_TOKENS})",
+    )
     p.add_argument("--skip-litellm", action="store_true", help="measure direct and the gateway only")
-    p.add_argument("--require-litellm", action="store_true",
-                   help="fail when LiteLLM cannot run (CI: scripts/setup_bench.sh installs it)")
-    p.add_argument("--quick", action="store_true",
-                   help="plumbing check (about a minute): 1 and 4 sessions, gateways of 1 and 2 workers, 0.5 s "
-                   "warm-up + 1 s per point")
+    p.add_argument(
+        "--require-litellm",
+        action="store_true",
+        help="fail when LiteLLM cannot run (CI: scripts/setup_bench.sh installs it)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="plumbing check (about a minute): 1 and 4 sessions, gateways of 1 and 2 workers, 0.5 s "
+        "warm-up + 1 s per point",
+    )
     p.add_argument("--json", metavar="PATH", help="also write every number to PATH")
-    p.add_argument("--store-dir", metavar="DIR", help="where the gateway's trace stores go (default: the temp "
-                   "dir); e.g. /dev/shm to see the gateway without the cost of fsync")
+    p.add_argument(
+        "--store-dir",
+        metavar="DIR",
+        help="where the gateway's trace stores go (default: the temp "
+        "dir); e.g. /dev/shm to see the gateway without the cost of fsync",
+    )
     # internal: the child processes this script spawns
     p.add_argument("--fake-upstream", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)

@@ -64,7 +64,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per batch size, after one warm-up run")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", choices=WORKERS, default=None, help="run one of rllm / hf only (pools still run)")
+    p.add_argument(
+        "--only", choices=WORKERS, default=None, help="run one of rllm / hf only (pools still run)"
+    )
     p.add_argument("--pool", default="", help="comma-separated vLLM pool sizes to add, e.g. 1,2")
     p.add_argument(
         "--quick",
@@ -128,12 +130,22 @@ def time_pool(args: argparse.Namespace, prompts: list[list[int]], num_servers: i
     from rllm.trainer.config import TrainConfig
     from rllm.utils.config import load_config
 
-    cfg = load_config(TrainConfig, None, [
-        "lora.enabled=false", "inference.engine=vllm", f"inference.vllm.num_servers={num_servers}",
-        f"inference.vllm.dtype={args.dtype}", f"trainer.seed={args.seed}"])
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            "lora.enabled=false",
+            "inference.engine=vllm",
+            f"inference.vllm.num_servers={num_servers}",
+            f"inference.vllm.dtype={args.dtype}",
+            f"trainer.seed={args.seed}",
+        ],
+    )
     tmp = Path(tempfile.mkdtemp(prefix="rllm-bench-pool-"))
     t0 = time.perf_counter()
-    engine = VLLMPoolEngine.from_config(cfg, args.model, trace_store_path=tmp / "traces.db", sync_dir=tmp / "sync")
+    engine = VLLMPoolEngine.from_config(
+        cfg, args.model, trace_store_path=tmp / "traces.db", sync_dir=tmp / "sync"
+    )
     with engine:
         print(f"  {num_servers} vLLM server(s) up in {time.perf_counter() - t0:.1f}s", flush=True)
 
@@ -141,7 +153,9 @@ def time_pool(args: argparse.Namespace, prompts: list[list[int]], num_servers: i
             calls = [
                 engine.generate(
                     prompts[i],
-                    SamplingParams(temperature=1.0, max_tokens=args.max_new_tokens, ignore_eos=True, seed=seed + i),
+                    SamplingParams(
+                        temperature=1.0, max_tokens=args.max_new_tokens, ignore_eos=True, seed=seed + i
+                    ),
                 )
                 for i in range(b)
             ]
@@ -153,7 +167,9 @@ def time_pool(args: argparse.Namespace, prompts: list[list[int]], num_servers: i
             elapsed = time.perf_counter() - t0
             lengths = {len(c.completion_ids) for c in completions}
             if lengths != {args.max_new_tokens}:
-                raise RuntimeError(f"the pool generated lengths {lengths}, expected {args.max_new_tokens} each")
+                raise RuntimeError(
+                    f"the pool generated lengths {lengths}, expected {args.max_new_tokens} each"
+                )
             return elapsed
 
         result = _time_all(args, one_run)
@@ -295,7 +311,11 @@ def main() -> None:
                 tps = results[f"{POOL_PREFIX}{n}"]["batches"][str(b)]["tok_per_s_median"]
                 pool_rows.append([str(b), str(n), f"{tps:.1f}", f"{tps / ours:.2f}x" if ours else "-"])
         print()
-        print(markdown_table(["batch", "vLLM servers", "pool tok/s (via gateway)", "pool / rllm local"], pool_rows))
+        print(
+            markdown_table(
+                ["batch", "vLLM servers", "pool tok/s (via gateway)", "pool / rllm local"], pool_rows
+            )
+        )
     print()
     print(
         markdown_table(

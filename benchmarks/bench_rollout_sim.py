@@ -60,11 +60,14 @@ class FakeFixedLatencyPool:
         self.peak_in_flight = 0
         self.sessions: set[str] = set()
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
         return [1 + (i % 50) for i in range(16 * len(messages))]  # made-up ids: 16 per message
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams, *,
-                       session_id: str | None = None) -> list[Completion]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, session_id: str | None = None
+    ) -> list[Completion]:
         self.calls += 1
         if session_id is not None:
             self.sessions.add(session_id)
@@ -74,8 +77,15 @@ class FakeFixedLatencyPool:
             await asyncio.sleep(self.latency_s)
         finally:
             self.in_flight -= 1
-        return [Completion(prompt_ids=prompt_ids, completion_ids=list(self.completion_ids),
-                           logprobs=list(self.logprobs), text="step", finish_reason="stop")]
+        return [
+            Completion(
+                prompt_ids=prompt_ids,
+                completion_ids=list(self.completion_ids),
+                logprobs=list(self.logprobs),
+                text="step",
+                finish_reason="stop",
+            )
+        ]
 
 
 def multi_turn_workflow(turns: int) -> Any:
@@ -86,8 +96,10 @@ def multi_turn_workflow(turns: int) -> Any:
         messages = [{"role": "user", "content": task["question"]}]
         for turn in range(turns):
             reply = await ctx.chat(messages)
-            messages += [{"role": "assistant", "content": reply.text},
-                         {"role": "user", "content": f"observation {turn}"}]
+            messages += [
+                {"role": "assistant", "content": reply.text},
+                {"role": "user", "content": f"observation {turn}"},
+            ]
         return Outcome(reward=1.0, is_correct=True)
 
     return workflow
@@ -96,8 +108,13 @@ def multi_turn_workflow(turns: int) -> Any:
 def run_point(concurrency: int, *, turns: int, latency_s: float, rounds: int) -> dict[str, Any]:
     """One concurrency: ``rounds x concurrency`` episodes through the real WorkflowEngine."""
     pool = FakeFixedLatencyPool(latency_s)
-    engine = WorkflowEngine(multi_turn_workflow(turns), pool, SamplingParams(max_tokens=32, seed=0),
-                            max_concurrency=concurrency, show_progress=False)
+    engine = WorkflowEngine(
+        multi_turn_workflow(turns),
+        pool,
+        SamplingParams(max_tokens=32, seed=0),
+        max_concurrency=concurrency,
+        show_progress=False,
+    )
     tasks = [{"task_id": f"t{i}", "question": f"q{i}"} for i in range(rounds * concurrency)]
     gc.collect()
     cpu0, t0 = time.process_time(), time.perf_counter()
@@ -108,11 +125,23 @@ def run_point(concurrency: int, *, turns: int, latency_s: float, rounds: int) ->
     ideal_eps = concurrency / (turns * latency_s)
     eps = len(episodes) / wall_s
     return {
-        "concurrency": concurrency, "episodes": len(episodes), "turns": turns, "latency_s": latency_s,
-        "wall_s": wall_s, "ideal_wall_s": rounds * turns * latency_s, "episodes_per_s": eps,
-        "ideal_episodes_per_s": ideal_eps, "efficiency": eps / ideal_eps, "calls": pool.calls,
-        "calls_per_s": pool.calls / wall_s, "driver_cpu_s": cpu_s, "driver_cpu_us_per_call": cpu_s / pool.calls * 1e6,
-        "peak_in_flight": pool.peak_in_flight, "sessions": len(pool.sessions), "failed": failed, "steps": steps,
+        "concurrency": concurrency,
+        "episodes": len(episodes),
+        "turns": turns,
+        "latency_s": latency_s,
+        "wall_s": wall_s,
+        "ideal_wall_s": rounds * turns * latency_s,
+        "episodes_per_s": eps,
+        "ideal_episodes_per_s": ideal_eps,
+        "efficiency": eps / ideal_eps,
+        "calls": pool.calls,
+        "calls_per_s": pool.calls / wall_s,
+        "driver_cpu_s": cpu_s,
+        "driver_cpu_us_per_call": cpu_s / pool.calls * 1e6,
+        "peak_in_flight": pool.peak_in_flight,
+        "sessions": len(pool.sessions),
+        "failed": failed,
+        "steps": steps,
     }
 
 
@@ -120,9 +149,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", default="512,1024,2048,4096", help="comma-separated concurrent episodes")
     p.add_argument("--turns", type=int, default=4, help="model calls per episode (default: 4)")
-    p.add_argument("--latency-s", type=float, default=1.0, help="the fake pool's latency per call (default: 1.0)")
+    p.add_argument(
+        "--latency-s", type=float, default=1.0, help="the fake pool's latency per call (default: 1.0)"
+    )
     p.add_argument("--rounds", type=int, default=2, help="episodes per concurrency slot (default: 2)")
-    p.add_argument("--quick", action="store_true", help="plumbing check: 64,128 episodes, 2 turns, 50 ms, 1 round")
+    p.add_argument(
+        "--quick", action="store_true", help="plumbing check: 64,128 episodes, 2 turns, 50 ms, 1 round"
+    )
     p.add_argument("--json", metavar="PATH", help="also write every number to PATH")
     args = p.parse_args()
     if args.quick:
@@ -133,26 +166,67 @@ def main() -> int:
     for c in (int(x) for x in args.concurrency.split(",")):
         r = run_point(c, turns=args.turns, latency_s=args.latency_s, rounds=args.rounds)
         points.append(r)
-        print(f"  {c:>5} episodes in flight: {r['episodes_per_s']:8.1f} ep/s of ideal {r['ideal_episodes_per_s']:8.1f} "
-              f"({r['efficiency']:.0%}), {r['driver_cpu_us_per_call']:.0f} us driver CPU per call", flush=True)
+        print(
+            f"  {c:>5} episodes in flight: {r['episodes_per_s']:8.1f} ep/s of ideal {r['ideal_episodes_per_s']:8.1f} "
+            f"({r['efficiency']:.0%}), {r['driver_cpu_us_per_call']:.0f} us driver CPU per call",
+            flush=True,
+        )
     load_end = os.getloadavg()[0]
-    print(f"\n**Rollout simulation: the real WorkflowEngine, {args.turns}-turn episodes, a FAKE upstream pool "
-          f"answering each call in {args.latency_s * 1000:g} ms; {args.rounds} episode(s) per slot**")
+    print(
+        f"\n**Rollout simulation: the real WorkflowEngine, {args.turns}-turn episodes, a FAKE upstream pool "
+        f"answering each call in {args.latency_s * 1000:g} ms; {args.rounds} episode(s) per slot**"
+    )
     print(header_line())
-    print(f"load average {load_end:.2f} at end; ideal episodes/s = concurrency / (turns x latency); "
-          f"target >= {TARGET_EFFICIENCY:.0%} of ideal")
-    rows = [[str(r["concurrency"]), str(r["episodes"]), f"{r['wall_s']:.2f}", f"{r['ideal_wall_s']:.2f}",
-             f"{r['episodes_per_s']:.1f}", f"{r['ideal_episodes_per_s']:.1f}", f"{r['efficiency'] * 100:.1f} %",
-             f"{r['calls_per_s']:,.0f}", f"{r['driver_cpu_us_per_call']:.0f}", str(r["peak_in_flight"]),
-             str(r["failed"])] for r in points]
-    print(markdown_table(["concurrent episodes", "episodes", "wall s", "ideal s", "episodes/s", "ideal episodes/s",
-                          "of ideal", "calls/s", "driver CPU us/call", "peak calls in flight", "failed"], rows))
+    print(
+        f"load average {load_end:.2f} at end; ideal episodes/s = concurrency / (turns x latency); "
+        f"target >= {TARGET_EFFICIENCY:.0%} of ideal"
+    )
+    rows = [
+        [
+            str(r["concurrency"]),
+            str(r["episodes"]),
+            f"{r['wall_s']:.2f}",
+            f"{r['ideal_wall_s']:.2f}",
+            f"{r['episodes_per_s']:.1f}",
+            f"{r['ideal_episodes_per_s']:.1f}",
+            f"{r['efficiency'] * 100:.1f} %",
+            f"{r['calls_per_s']:,.0f}",
+            f"{r['driver_cpu_us_per_call']:.0f}",
+            str(r["peak_in_flight"]),
+            str(r["failed"]),
+        ]
+        for r in points
+    ]
+    print(
+        markdown_table(
+            [
+                "concurrent episodes",
+                "episodes",
+                "wall s",
+                "ideal s",
+                "episodes/s",
+                "ideal episodes/s",
+                "of ideal",
+                "calls/s",
+                "driver CPU us/call",
+                "peak calls in flight",
+                "failed",
+            ],
+            rows,
+        )
+    )
     ok = True
     for r in points:
-        good = r["efficiency"] >= TARGET_EFFICIENCY and not r["failed"] and r["steps"] == r["episodes"] * r["turns"]
+        good = (
+            r["efficiency"] >= TARGET_EFFICIENCY
+            and not r["failed"]
+            and r["steps"] == r["episodes"] * r["turns"]
+        )
         ok &= good
-        print(f"- {r['concurrency']} episodes: {r['efficiency']:.1%} of ideal (target >= {TARGET_EFFICIENCY:.0%}): "
-              f"{'PASS' if good else 'FAIL'}")
+        print(
+            f"- {r['concurrency']} episodes: {r['efficiency']:.1%} of ideal (target >= {TARGET_EFFICIENCY:.0%}): "
+            f"{'PASS' if good else 'FAIL'}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"points": points, "header": header_line()}, indent=2))
     return 0 if ok or args.quick else 1

@@ -40,7 +40,20 @@ from rllm.store import RunWriter, StoreReader
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.ui.app import create_app
 
-WORDS = ["the", "of", "larger", "smaller", "number", "answer", "think", "step", "because", "so", "which", "is"]
+WORDS = [
+    "the",
+    "of",
+    "larger",
+    "smaller",
+    "number",
+    "answer",
+    "think",
+    "step",
+    "because",
+    "so",
+    "which",
+    "is",
+]
 
 
 class StandInTokenizer:
@@ -61,12 +74,20 @@ def _episode(rng: random.Random, step: int, i: int, n_prompt: int, n_response: i
         prompt_ids=[rng.randrange(49152) for _ in range(n_prompt)],
         response_ids=[rng.randrange(49152) for _ in range(n_response)],
         logprobs=[-rng.random() * 3 for _ in range(n_response)],
-        messages=[{"role": "user", "content": f"Task {step}-{i}: which is larger, {step} or {i}? {_text(rng, 20)}"}],
-        response_text=_text(rng, n_response // 2), finish_reason="stop", advantage=reward - 0.5, reward=reward,
+        messages=[
+            {"role": "user", "content": f"Task {step}-{i}: which is larger, {step} or {i}? {_text(rng, 20)}"}
+        ],
+        response_text=_text(rng, n_response // 2),
+        finish_reason="stop",
+        advantage=reward - 0.5,
+        reward=reward,
     )
     return Episode(
-        task_id=f"task-{step}-{i // 2}", task={"question": f"which is larger, {step} or {i}?"},
-        trajectories=[Trajectory(name="solver", steps=[s], reward=reward)], reward=reward, is_correct=bool(reward),
+        task_id=f"task-{step}-{i // 2}",
+        task={"question": f"which is larger, {step} or {i}?"},
+        trajectories=[Trajectory(name="solver", steps=[s], reward=reward)],
+        reward=reward,
+        is_correct=bool(reward),
         termination_reason=TerminationReason.ERROR if failed else TerminationReason.ENV_DONE,
         error="Traceback: boom" if failed else None,
     )
@@ -81,20 +102,32 @@ def fill(store: Path, steps: int, n_metrics: int, n_episodes: int) -> str:
     rng = random.Random(0)
     names = ["reward/mean", "accuracy", "train/loss", "train/entropy", "train/grad_norm", "response_len/mean"]
     names += [f"extra/metric_{i:02d}" for i in range(n_metrics - len(names))]
-    run = RunWriter.start(store, kind="train", name="bench", config={"trainer": {"steps": steps}}, model="synthetic",
-                          task="larger", episodes_per_step=n_episodes, heartbeat_s=3600)
+    run = RunWriter.start(
+        store,
+        kind="train",
+        name="bench",
+        config={"trainer": {"steps": steps}},
+        model="synthetic",
+        task="larger",
+        episodes_per_step=n_episodes,
+        heartbeat_s=3600,
+    )
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         metrics = {name: rng.random() for name in names}
         if step % 100 == 0:
             metrics.update({"eval/accuracy": rng.random(), "eval/n": 200.0})
-        run.stage_episodes(step, [_episode(rng, step, i, 48, 64) for i in range(n_episodes)], StandInTokenizer())
+        run.stage_episodes(
+            step, [_episode(rng, step, i, 48, 64) for i in range(n_episodes)], StandInTokenizer()
+        )
         run.log(step, metrics)
         if step % 10_000 == 0:
             rate = step / (time.perf_counter() - t0)
             print(f"  filled {step:,} steps ({rate:,.0f} steps/s, {store.stat().st_size / 1e6:,.0f} MB)")
     run.finish({"steps": steps})
-    print(f"filled {steps:,} steps in {time.perf_counter() - t0:,.0f} s: {store.stat().st_size / 1e6:,.0f} MB")
+    print(
+        f"filled {steps:,} steps in {time.perf_counter() - t0:,.0f} s: {store.stat().st_size / 1e6:,.0f} MB"
+    )
     return run.id
 
 
@@ -109,15 +142,22 @@ def measure(store: Path, run_id: str, repeats: int) -> list[tuple[str, float, fl
         ("run", f"/api/runs/{run_id}", {}),
         ("config", f"/api/runs/{run_id}/config", {}),
         ("metrics: 4 charts, whole run", f"/api/runs/{run_id}/metrics", {"keys": charts}),
-        ("metrics: 4 charts, last 100 steps", f"/api/runs/{run_id}/metrics",
-         {"keys": charts, "after_step": reader.run(run_id)["step"] - 100}),
+        (
+            "metrics: 4 charts, last 100 steps",
+            f"/api/runs/{run_id}/metrics",
+            {"keys": charts, "after_step": reader.run(run_id)["step"] - 100},
+        ),
         ("steps with episodes", f"/api/runs/{run_id}/steps", {}),
         ("episodes: first page", f"/api/runs/{run_id}/episodes", {}),
         ("episodes: page 100", f"/api/runs/{run_id}/episodes", {"offset": 5000}),
         ("episodes: one step", f"/api/runs/{run_id}/episodes", {"step": middle}),
         ("episodes: reward >= 1", f"/api/runs/{run_id}/episodes", {"min_reward": 1}),
         ("episodes: errors", f"/api/runs/{run_id}/episodes", {"termination": "error"}),
-        ("episodes: correct=false, role", f"/api/runs/{run_id}/episodes", {"correct": "false", "role": "solver"}),
+        (
+            "episodes: correct=false, role",
+            f"/api/runs/{run_id}/episodes",
+            {"correct": "false", "role": "solver"},
+        ),
         ("episodes: search 'larger, 5'", f"/api/runs/{run_id}/episodes", {"q": "larger, 5"}),
         ("episodes: search rare 'Task 77777-1'", f"/api/runs/{run_id}/episodes", {"q": "Task 77777-1"}),
         ("episode", f"/api/episodes/{episode_id}", {}),
@@ -159,10 +199,14 @@ def write_cost(tmp: Path, n_episodes: int, steps: int) -> tuple[float, float]:
         print(f"(no smollm2 tokenizer: {exc}; token texts decoded by a stand-in)")
         tokenizer = StandInTokenizer()
     rng = random.Random(1)
-    run = RunWriter.start(tmp / "write-cost.db", kind="train", name="cost", config={}, episodes_per_step=n_episodes)
+    run = RunWriter.start(
+        tmp / "write-cost.db", kind="train", name="cost", config={}, episodes_per_step=n_episodes
+    )
     stage, log = [], []
     for step in range(1, steps + 1):
-        episodes = [_episode(rng, step, i, 256, 256) for i in range(4 * n_episodes)]  # 4x sampled, as in a step
+        episodes = [
+            _episode(rng, step, i, 256, 256) for i in range(4 * n_episodes)
+        ]  # 4x sampled, as in a step
         metrics = {f"m{i}": rng.random() for i in range(40)}
         t0 = time.perf_counter()
         run.stage_episodes(step, episodes, tokenizer)
@@ -176,16 +220,23 @@ def write_cost(tmp: Path, n_episodes: int, steps: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--metrics", type=int, default=40, help="scalars logged per step")
     parser.add_argument("--episodes", type=int, default=2, help="episodes stored per step in the big run")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--write-episodes", type=int, default=16, help="episodes per step for the write cost")
     parser.add_argument("--write-steps", type=int, default=30, help="steps timed for the write cost")
-    parser.add_argument("--store", type=Path, default=Path(tempfile.gettempdir()) / "rllm-bench-ui" / "rllm.db")
-    parser.add_argument("--quick", action="store_true",
-                        help="plumbing check: 500 steps in a fresh temp store, 3 repeats, 5 write-cost steps")
+    parser.add_argument(
+        "--store", type=Path, default=Path(tempfile.gettempdir()) / "rllm-bench-ui" / "rllm.db"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="plumbing check: 500 steps in a fresh temp store, 3 repeats, 5 write-cost steps",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rllm-bench-ui-quick-") as quick_dir:
         if args.quick:
@@ -199,16 +250,20 @@ def run(args: argparse.Namespace) -> None:
     run_id = fill(args.store, args.steps, args.metrics, args.episodes)
     rows = measure(args.store, run_id, args.repeats)
     print(f"\n{header_line()}")
-    print(f"\n{args.steps:,} steps x {args.metrics} metrics, {args.episodes} episodes per step; "
-          f"{args.repeats} requests each over HTTP; load average {os.getloadavg()[0]:.1f}\n")
+    print(
+        f"\n{args.steps:,} steps x {args.metrics} metrics, {args.episodes} episodes per step; "
+        f"{args.repeats} requests each over HTTP; load average {os.getloadavg()[0]:.1f}\n"
+    )
     print("| endpoint | p50 ms | p95 ms | answer |\n|---|---:|---:|---:|")
     for name, p50, p95, size in rows:
         flag = "" if p95 < 300 else "  **over 300 ms**"
         print(f"| {name} | {p50:.1f} | {p95:.1f}{flag} | {size / 1000:,.1f} kB |")
     with tempfile.TemporaryDirectory() as tmp:
         stage_ms, log_ms = write_cost(Path(tmp), args.write_episodes, args.write_steps)
-    print(f"\nwrite cost per training step ({args.write_episodes} of {4 * args.write_episodes} episodes kept, "
-          f"256+256 tokens each, 40 metrics): stage_episodes {stage_ms:.1f} ms + log {log_ms:.1f} ms")
+    print(
+        f"\nwrite cost per training step ({args.write_episodes} of {4 * args.write_episodes} episodes kept, "
+        f"256+256 tokens each, 40 metrics): stage_episodes {stage_ms:.1f} ms + log {log_ms:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -111,24 +111,52 @@ def secs(s: float) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a 64 MiB disk probe instead of 1 GiB")
-    p.add_argument("--dir", default=tempfile.gettempdir(), help="where the disk probe file goes (default: temp)")
-    p.add_argument("--readers", default="8,64,512", help="servers reading one file from the shared NFS store "
-                   "(default: 8,64,512: one server per GPU at 8, 64 and 512 GPUs)")
+    p.add_argument(
+        "--dir", default=tempfile.gettempdir(), help="where the disk probe file goes (default: temp)"
+    )
+    p.add_argument(
+        "--readers",
+        default="8,64,512",
+        help="servers reading one file from the shared NFS store "
+        "(default: 8,64,512: one server per GPU at 8, 64 and 512 GPUs)",
+    )
     args = p.parse_args()
     write_gbs, read_gbs = measure_disk(Path(args.dir), 64 if args.quick else 1024)
     print(header_line())
-    print(f"MEASURED disk here ({args.dir}): safetensors write + fsync {write_gbs:.2f} GB/s, read from disk "
-          f"{read_gbs:.2f} GB/s\n")
+    print(
+        f"MEASURED disk here ({args.dir}): safetensors write + fsync {write_gbs:.2f} GB/s, read from disk "
+        f"{read_gbs:.2f} GB/s\n"
+    )
     rows = []
     for m in MODELS:
         full, lora = m.params() * 2, m.lora_params(LORA_RANK) * 4
-        rows.append([m.name, f"{m.params() / 1e9:.2f} B", gb(full), f"{m.lora_params(LORA_RANK) / 1e6:.1f} M", gb(lora)])
-    print(markdown_table(["model", "parameters", "full weights (bf16)", f"LoRA r={LORA_RANK} params",
-                          f"LoRA r={LORA_RANK} adapter (fp32)"], rows))
+        rows.append(
+            [
+                m.name,
+                f"{m.params() / 1e9:.2f} B",
+                gb(full),
+                f"{m.lora_params(LORA_RANK) / 1e6:.1f} M",
+                gb(lora),
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "model",
+                "parameters",
+                "full weights (bf16)",
+                f"LoRA r={LORA_RANK} params",
+                f"LoRA r={LORA_RANK} adapter (fp32)",
+            ],
+            rows,
+        )
+    )
     readers = [int(r) for r in args.readers.split(",")]
     paths = {"this machine's disk (measured above)": (write_gbs, read_gbs), **FILE_PATHS}
-    print("\nESTIMATES, by file: trainer rank 0 writes once, then N servers read it (a local disk: each node "
-          "its own copy, N = 1; shared NFS: N readers share its bandwidth)")
+    print(
+        "\nESTIMATES, by file: trainer rank 0 writes once, then N servers read it (a local disk: each node "
+        "its own copy, N = 1; shared NFS: N readers share its bandwidth)"
+    )
     rows = []
     for m in MODELS:
         for what, size in (("full", m.params() * 2), (f"LoRA r={LORA_RANK}", m.lora_params(LORA_RANK) * 4)):
@@ -137,13 +165,25 @@ def main() -> int:
                 ns = [1] if "NFS" not in name else readers
                 cells.append(" / ".join(secs(size / (w * 1e9) + n * size / (r * 1e9)) for n in ns))
             rows.append(cells)
-    print(markdown_table(["model", "weights", *[f"{k} (N={','.join(map(str, readers)) if 'NFS' in k else 1})"
-                                                 for k in paths]], rows))
-    print("\nESTIMATES, by NCCL broadcast from trainer rank 0 into every server's ranks (pipelined: about "
-          "bytes / bus bandwidth, whatever the number of receivers)")
-    rows = [[m.name, what, *[secs(size / (bw * 1e9)) for bw in NCCL_PATHS.values()]]
-            for m in MODELS
-            for what, size in (("full", m.params() * 2), (f"LoRA r={LORA_RANK}", m.lora_params(LORA_RANK) * 4))]
+    print(
+        markdown_table(
+            [
+                "model",
+                "weights",
+                *[f"{k} (N={','.join(map(str, readers)) if 'NFS' in k else 1})" for k in paths],
+            ],
+            rows,
+        )
+    )
+    print(
+        "\nESTIMATES, by NCCL broadcast from trainer rank 0 into every server's ranks (pipelined: about "
+        "bytes / bus bandwidth, whatever the number of receivers)"
+    )
+    rows = [
+        [m.name, what, *[secs(size / (bw * 1e9)) for bw in NCCL_PATHS.values()]]
+        for m in MODELS
+        for what, size in (("full", m.params() * 2), (f"LoRA r={LORA_RANK}", m.lora_params(LORA_RANK) * 4))
+    ]
     print(markdown_table(["model", "weights", *NCCL_PATHS], rows))
     return 0
 

@@ -14,7 +14,10 @@ logging.basicConfig(level=logging.INFO, format="%(message)s")
 config = rllm.load_config(
     rllm.TrainConfig,
     Path(__file__).parent / "configs" / "larger_lora.yaml",
-    ["trainer.steps=20", "trainer.name=example-builtin"],  # a second run needs trainer.resume=true or a new name
+    [
+        "trainer.steps=20",
+        "trainer.name=example-builtin",
+    ],  # a second run needs trainer.resume=true or a new name
 )
 result = rllm.AgentTrainer(config).train()
 print(f"held-out accuracy: {result.initial_accuracy:.1%} -> {result.final_accuracy:.1%}")

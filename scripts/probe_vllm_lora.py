@@ -23,9 +23,22 @@ from rllm.models import resolve_model
 async def _batch(srv: VLLMServer, model: str, prompts: list[str], seed: int | None) -> None:
     async with httpx.AsyncClient(timeout=600) as client:
         t0 = time.perf_counter()
-        replies = await asyncio.gather(*(client.post(srv.base_url + "/completions", json={
-            "model": model, "prompt": p, "max_tokens": 32, "temperature": 1.0, "ignore_eos": True,
-            **({"seed": seed} if seed is not None else {})}) for p in prompts))
+        replies = await asyncio.gather(
+            *(
+                client.post(
+                    srv.base_url + "/completions",
+                    json={
+                        "model": model,
+                        "prompt": p,
+                        "max_tokens": 32,
+                        "temperature": 1.0,
+                        "ignore_eos": True,
+                        **({"seed": seed} if seed is not None else {}),
+                    },
+                )
+                for p in prompts
+            )
+        )
         dt = time.perf_counter() - t0
     tokens = sum(r.json()["usage"]["completion_tokens"] for r in replies)
     print(f"batch {len(prompts)}: {tokens} tokens in {dt:.1f} s = {tokens / dt:.0f} tok/s", flush=True)
@@ -42,10 +55,21 @@ def main() -> None:
     model = resolve_model("smollm2-135m")
     tok = AutoTokenizer.from_pretrained(model)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"Which number is larger, {i} or {i * 7 % 100}?"}],
-                                       add_generation_prompt=True, tokenize=False) for i in range(max(sizes))]
-    srv = VLLMServer(model, enable_lora=args.adapter is not None, max_lora_rank=args.max_lora_rank,
-                     extra_args=args.vllm_args, kvcache_space_gib=1)
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": f"Which number is larger, {i} or {i * 7 % 100}?"}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for i in range(max(sizes))
+    ]
+    srv = VLLMServer(
+        model,
+        enable_lora=args.adapter is not None,
+        max_lora_rank=args.max_lora_rank,
+        extra_args=args.vllm_args,
+        kvcache_space_gib=1,
+    )
     with srv:
         name = srv.served_model_name
         if args.adapter:

@@ -18,12 +18,27 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _config(example: str, model_dir: Path, run_dir: Path, *extra: str) -> TrainConfig:
-    return load_config(TrainConfig, REPO / "examples" / example / "config.yaml", [
-        f"model.path={model_dir}", "backend.device=cpu", "backend.autocast=none", "inference.dtype=float32",
-        "trainer.steps=2", "trainer.threads=1", "rollout.batch_size=2", "rollout.group_size=2",
-        "data.train_size=8", "data.test_size=2", "eval.every_steps=0",
-        f"trainer.run_dir={run_dir}", "trainer.loggers=[jsonl]", "trainer.plot=false", *extra,
-    ])
+    return load_config(
+        TrainConfig,
+        REPO / "examples" / example / "config.yaml",
+        [
+            f"model.path={model_dir}",
+            "backend.device=cpu",
+            "backend.autocast=none",
+            "inference.dtype=float32",
+            "trainer.steps=2",
+            "trainer.threads=1",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "data.train_size=8",
+            "data.test_size=2",
+            "eval.every_steps=0",
+            f"trainer.run_dir={run_dir}",
+            "trainer.loggers=[jsonl]",
+            "trainer.plot=false",
+            *extra,
+        ],
+    )
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -38,7 +53,9 @@ def _records(run_dir: Path) -> list[dict]:
         ("frozenlake", {"env/turns", "agent/invalid_actions"}),
     ],
 )
-def test_example_config_trains_end_to_end(example: str, keys: set[str], tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_example_config_trains_end_to_end(
+    example: str, keys: set[str], tiny_model_dir: Path, tmp_path: Path
+) -> None:
     cfg = _config(example, tiny_model_dir, tmp_path, "rollout.max_tokens=8", "eval.max_tokens=8")
     result = AgentTrainer(cfg).train()
     records = _records(result.run_dir)

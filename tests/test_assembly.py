@@ -11,10 +11,18 @@ from rllm.gateway.traces import Trace
 
 
 def _trace(prompt: list[int], completion: list[int], session: str = "s", **kw: object) -> Trace:
-    return Trace(session_id=session, request_id=kw.pop("request_id", "r"), endpoint="chat.completions",  # type: ignore[arg-type]
-                 request={"messages": [{"role": "user", "content": str(prompt)}]}, response_text="t",
-                 prompt_token_ids=prompt, completion_token_ids=completion,
-                 logprobs=[-0.1 * (i + 1) for i in range(len(completion))], latency_ms=1.0, **kw)  # type: ignore[arg-type]
+    return Trace(
+        session_id=session,
+        request_id=kw.pop("request_id", "r"),
+        endpoint="chat.completions",  # type: ignore[arg-type]
+        request={"messages": [{"role": "user", "content": str(prompt)}]},
+        response_text="t",
+        prompt_token_ids=prompt,
+        completion_token_ids=completion,
+        logprobs=[-0.1 * (i + 1) for i in range(len(completion))],
+        latency_ms=1.0,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_extending_calls_merge_with_env_tokens_masked() -> None:
@@ -61,14 +69,28 @@ def test_n_choices_each_continue_separately() -> None:
 def test_merge_off_and_untrainable() -> None:
     t1 = _trace([1], [2])
     t2 = _trace([1, 2, 3], [4])
-    u = Trace(session_id="s", request_id="r", endpoint="completions", request={}, response_text="x",
-              prompt_token_ids=[], completion_token_ids=[], logprobs=[], latency_ms=1, trainable=False)
+    u = Trace(
+        session_id="s",
+        request_id="r",
+        endpoint="completions",
+        request={},
+        response_text="x",
+        prompt_token_ids=[],
+        completion_token_ids=[],
+        logprobs=[],
+        latency_ms=1,
+        trainable=False,
+    )
     steps, m = assemble_steps([t1, u, t2], merge=False)
     assert len(steps) == 2 and m["assembly/untrainable_calls"] == 1
 
 
 def test_roles_become_trajectories() -> None:
-    traces = [_trace([1], [2], session="ep"), _trace([5], [6], session="ep:judge"), _trace([1, 2, 3], [4], session="ep")]
+    traces = [
+        _trace([1], [2], session="ep"),
+        _trace([5], [6], session="ep:judge"),
+        _trace([1, 2, 3], [4], session="ep"),
+    ]
     trajs, m = traces_to_trajectories(traces, root_session="ep")
     by = {t.name: t for t in trajs}
     assert set(by) == {"default", "judge"}

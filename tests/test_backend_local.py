@@ -24,8 +24,15 @@ PROMPTS = [[1, 520, 9531, 198, 4093], [1, 33, 216, 34], [1780, 314, 260, 1234, 4
 
 def _config(model_dir: Path, *overrides: str) -> TrainConfig:
     base = [
-        f"model.path={model_dir}", "backend.device=cpu", "backend.autocast=none", "rollout.temperature=1.0",
-        "lora.rank=4", "lora.alpha=8", "optim.lr=0.01", "optim.grad_clip=null", "trainer.steps=10",
+        f"model.path={model_dir}",
+        "backend.device=cpu",
+        "backend.autocast=none",
+        "rollout.temperature=1.0",
+        "lora.rank=4",
+        "lora.alpha=8",
+        "optim.lr=0.01",
+        "optim.grad_clip=null",
+        "trainer.steps=10",
     ]
     return load_config(TrainConfig, None, base + list(overrides))
 
@@ -46,11 +53,15 @@ def _batch(seed: int = 0, n: int = 8) -> TrainBatch:
         if response_len > 2:
             mask[prompt_len + 1] = 0  # a token spliced in by the environment
         advantage = 1.0 if i % 2 == 0 else -1.0
-        sequences.append(TrainSequence(
-            input_ids=ids, loss_mask=mask,
-            rollout_logprobs=[-10.8 * m for m in mask], advantages=[advantage * m for m in mask],
-            group_id=f"g{i // 2}",
-        ))
+        sequences.append(
+            TrainSequence(
+                input_ids=ids,
+                loss_mask=mask,
+                rollout_logprobs=[-10.8 * m for m in mask],
+                advantages=[advantage * m for m in mask],
+                group_id=f"g{i // 2}",
+            )
+        )
     return TrainBatch(sequences=sequences)
 
 
@@ -117,19 +128,21 @@ def _greedy(model: torch.nn.Module, prompt: list[int], max_new: int) -> list[int
     for _ in range(max_new):
         logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
         ids.append(int(logits.argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def _completions_batch(completions) -> TrainBatch:
-    return TrainBatch(sequences=[
-        TrainSequence(
-            input_ids=c.prompt_ids + c.completion_ids,
-            loss_mask=[0] * len(c.prompt_ids) + [1] * len(c.completion_ids),
-            rollout_logprobs=[0.0] * len(c.prompt_ids) + c.logprobs,
-            advantages=[0.0] * (len(c.prompt_ids) + len(c.completion_ids)),
-        )
-        for c in completions
-    ])
+    return TrainBatch(
+        sequences=[
+            TrainSequence(
+                input_ids=c.prompt_ids + c.completion_ids,
+                loss_mask=[0] * len(c.prompt_ids) + [1] * len(c.completion_ids),
+                rollout_logprobs=[0.0] * len(c.prompt_ids) + c.logprobs,
+                advantages=[0.0] * (len(c.prompt_ids) + len(c.completion_ids)),
+            )
+            for c in completions
+        ]
+    )
 
 
 @pytest.mark.parametrize("lora", [True, False])
@@ -148,13 +161,17 @@ def test_weight_sync_engine_matches_backend(tiny_model_dir, engine, lora: bool) 
     assert after != before  # the update reached the engine
     assert after == [_greedy(backend.model, p, 8) for p in PROMPTS]
     # sampled tokens: the engine's logprobs are the trainer's within float32 noise
-    sampled = [engine.generate_sync(p, SamplingParams(temperature=1.0, max_tokens=6, seed=i))[0]
-               for i, p in enumerate(PROMPTS)]
+    sampled = [
+        engine.generate_sync(p, SamplingParams(temperature=1.0, max_tokens=6, seed=i))[0]
+        for i, p in enumerate(PROMPTS)
+    ]
     batch = _completions_batch(sampled)
     trainer_lp = backend.compute_logprobs(batch)
     for c, lp in zip(sampled, trainer_lp):
         assert len(lp) == len(c.prompt_ids) + len(c.completion_ids) and lp[0] == 0.0
-        assert torch.allclose(torch.tensor(lp[len(c.prompt_ids):]), torch.tensor(c.logprobs), atol=1e-4, rtol=0)
+        assert torch.allclose(
+            torch.tensor(lp[len(c.prompt_ids) :]), torch.tensor(c.logprobs), atol=1e-4, rtol=0
+        )
         assert c.weight_version == 2
 
 
@@ -246,7 +263,9 @@ def _grouped_batch(seed: int = 0, groups: int = 3, group_size: int = 4) -> Train
     gen = torch.Generator().manual_seed(seed)
     sequences = []
     for g in range(groups):
-        prompt = torch.randint(3, 49152, (int(torch.randint(3, 9, (1,), generator=gen)),), generator=gen).tolist()
+        prompt = torch.randint(
+            3, 49152, (int(torch.randint(3, 9, (1,), generator=gen)),), generator=gen
+        ).tolist()
         for i in range(group_size):
             response_len = int(torch.randint(1, 7, (1,), generator=gen))
             ids = prompt + torch.randint(3, 49152, (response_len,), generator=gen).tolist()
@@ -254,10 +273,15 @@ def _grouped_batch(seed: int = 0, groups: int = 3, group_size: int = 4) -> Train
             if response_len > 2:
                 mask[len(prompt) + 1] = 0
             advantage = 1.0 if i % 2 == 0 else -1.0
-            sequences.append(TrainSequence(
-                input_ids=ids, loss_mask=mask, rollout_logprobs=[-10.8 * m for m in mask],
-                advantages=[advantage * m for m in mask], group_id=f"g{g}",
-            ))
+            sequences.append(
+                TrainSequence(
+                    input_ids=ids,
+                    loss_mask=mask,
+                    rollout_logprobs=[-10.8 * m for m in mask],
+                    advantages=[advantage * m for m in mask],
+                    group_id=f"g{g}",
+                )
+            )
     return TrainBatch(sequences=sequences)
 
 
@@ -268,8 +292,12 @@ def test_shared_prefix_forward_equals_flat_forward(tiny_model_dir, lora: bool) -
     batch = _grouped_batch()
     results = {}
     for share in (False, True):
-        backend = _backend(tiny_model_dir, f"lora.enabled={lora}", f"backend.share_prefix={share}",
-                           "backend.micro_batch_size=8")
+        backend = _backend(
+            tiny_model_dir,
+            f"lora.enabled={lora}",
+            f"backend.share_prefix={share}",
+            "backend.micro_batch_size=8",
+        )
         logprobs = _flat(backend.compute_logprobs(batch))
         metrics = backend.forward_backward(batch, LossConfig())
         results[share] = (logprobs, metrics["train/loss"], _grads(backend))

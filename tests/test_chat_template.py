@@ -32,7 +32,9 @@ WEATHER = {
     },
 }
 CALL = {
-    "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
 }
 TOOL_CONVERSATION: list[dict[str, Any]] = [
     {"role": "user", "content": "Weather in Paris?"},
@@ -54,7 +56,7 @@ QWEN_LIKE = (
     "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}"
     "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
     "{%- for tc in message.tool_calls or [] %}"
-    "{{- '\\n<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' }}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' + tc.function.name + \'", "arguments": \' }}'
     "{{- (tc.function.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}"
     "{{- '<|im_end|>\\n' }}"
     "{%- elif message.role == 'tool' %}"
@@ -67,7 +69,9 @@ _GEN_PROMPT = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% 
 # ChatML that refuses any role but system/user/assistant (as many templates do).
 NO_TOOL_ROLE = (
     "{% for message in messages %}{% if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}" + _CHATML_TURN + "{% endfor %}"
+    "{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}"
+    + _CHATML_TURN
+    + "{% endfor %}"
     + _GEN_PROMPT
 )
 # ChatML that trims message content: what the model said is re-rendered without its outer whitespace.
@@ -138,7 +142,7 @@ def test_tool_calls_and_results_are_rendered_as_hermes_text(tokenizer: Any) -> N
     text = renderer.render_text(TOOL_CONVERSATION, [WEATHER])
     call_text = format_tool_call_text("get_weather", '{"city": "Paris"}')
     assert f"<|im_start|>assistant\n{call_text}<|im_end|>\n" in text
-    assert "<|im_start|>tool\n<tool_response>\n{\"temp_c\": 18}\n</tool_response><|im_end|>\n" in text
+    assert '<|im_start|>tool\n<tool_response>\n{"temp_c": 18}\n</tool_response><|im_end|>\n' in text
     assert text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
     # Content and calls together: content first, each call on its own lines.
     both = {**TOOL_CONVERSATION[1], "content": "Checking."}
@@ -170,8 +174,8 @@ def test_template_without_a_tool_role_gets_tool_results_as_one_user_message(toke
     text = renderer.render_text(TOOL_CONVERSATION, [WEATHER])
     assert "<|im_start|>tool" not in text
     assert (
-        "<|im_start|>user\n<tool_response>\n{\"temp_c\": 18}\n</tool_response>\n"
-        "<tool_response>\n{\"temp_c\": 19}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        '<|im_start|>user\n<tool_response>\n{"temp_c": 18}\n</tool_response>\n'
+        '<tool_response>\n{"temp_c": 19}\n</tool_response><|im_end|>\n<|im_start|>assistant\n'
     ) in text
 
 
@@ -179,7 +183,7 @@ def test_bad_input_is_refused_with_the_fix(tokenizer: Any) -> None:
     with pytest.raises(ValueError, match="unknown tool_format 'xml': use one of hermes"):
         ChatRenderer(tokenizer, tool_format="xml")
     renderer = ChatRenderer(tokenizer)
-    with pytest.raises(TypeError, match=r'messages\[0\] must be an OpenAI chat message'):
+    with pytest.raises(TypeError, match=r"messages\[0\] must be an OpenAI chat message"):
         renderer.render_ids([{"content": "no role"}])
     with pytest.raises(ValueError, match=r"tool_calls\[0\] is not an OpenAI tool call"):
         renderer.render_ids([{"role": "assistant", "content": "", "tool_calls": [{"function": {}}]}])

@@ -81,7 +81,9 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "python -m pytest -q -m distributed" in calls
     assert "setup.sh distributed" in calls
     benchmarks = [c for c in calls if "benchmarks/" in c]
-    assert len(benchmarks) == len(list((ROOT / 'benchmarks').glob('bench_*.py'))) + 1 and all(" --quick" in c for c in benchmarks), benchmarks
+    assert len(benchmarks) == len(list((ROOT / "benchmarks").glob("bench_*.py"))) + 1 and all(
+        " --quick" in c for c in benchmarks
+    ), benchmarks
 
 
 def test_failing_first_setup_fails_ci_and_runs_no_tests(tmp_path: Path) -> None:

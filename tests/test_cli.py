@@ -118,7 +118,10 @@ class FakeTrainer:
         if self.error is not None:
             raise self.error
         return TrainResult(
-            run_dir=self.run_dir, steps=3, initial_accuracy=0.415, final_accuracy=0.78,
+            run_dir=self.run_dir,
+            steps=3,
+            initial_accuracy=0.415,
+            final_accuracy=0.78,
             final_model_dir=self.run_dir / "final_model",
         )
 
@@ -224,12 +227,24 @@ def test_train_end_to_end_on_a_tiny_model(capsys: pytest.CaptureFixture[str], tm
     from rllm.models import make_tiny_llama
 
     model = make_tiny_llama(tmp_path / "tiny")
-    code = main([
-        "train", f"model.path={model}", f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=e2e",
-        "trainer.steps=1", "rollout.batch_size=2", "rollout.group_size=2", "rollout.max_tokens=4",
-        "eval.max_tokens=4", "data.train_size=8", "data.test_size=4", "trainer.plot=false",
-        "algorithm.filters.drop_zero_variance=false", "backend.device=cpu",
-    ])
+    code = main(
+        [
+            "train",
+            f"model.path={model}",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            "trainer.name=e2e",
+            "trainer.steps=1",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "rollout.max_tokens=4",
+            "eval.max_tokens=4",
+            "data.train_size=8",
+            "data.test_size=4",
+            "trainer.plot=false",
+            "algorithm.filters.drop_zero_variance=false",
+            "backend.device=cpu",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     run_dir = tmp_path / "runs" / "e2e"
@@ -241,20 +256,24 @@ def test_sigterm_unwinds_then_exits_143_without_finalization(tmp_path: Path) -> 
     """`rllm train`'s SIGTERM handler runs the `finally` blocks, then exits 143 at once: atexit handlers and
     interpreter finalization (where C extensions such as Ray's can crash after a signal) do not run."""
     script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import atexit, os, signal, time
         from pathlib import Path
         from rllm.cli.train_cmd import _sigterm_unwinds
-        atexit.register(lambda: Path({str(tmp_path / 'atexit')!r}).write_text('ran'))
+        atexit.register(lambda: Path({str(tmp_path / "atexit")!r}).write_text('ran'))
         with _sigterm_unwinds():
             try:
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(30)
             finally:
-                Path({str(tmp_path / 'finally')!r}).write_text('ran')
+                Path({str(tmp_path / "finally")!r}).write_text('ran')
         print('not reached')
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False)
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 143, proc.stderr
     assert (tmp_path / "finally").exists()
     assert not (tmp_path / "atexit").exists()

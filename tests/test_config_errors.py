@@ -29,12 +29,16 @@ def _refusal(*overrides: str, capabilities: BackendCapabilities = LocalBackend.c
     ("overrides", "fix"),
     [
         (["algorithm.loss.tis_cap=2.0"], "backend.old_logprobs=recompute"),
-        (["lora.dropout=0.1", "backend.gradient_checkpointing=true"],
-         "set lora.dropout=0 or backend.gradient_checkpointing=false"),
+        (
+            ["lora.dropout=0.1", "backend.gradient_checkpointing=true"],
+            "set lora.dropout=0 or backend.gradient_checkpointing=false",
+        ),
         (["rollout.group_size=1"], "set rollout.group_size >= 2"),
         (["rollout.group_size=1", "algorithm.advantage=rloo"], "set rollout.group_size >= 2"),
-        (["rollout.group_size=1", "algorithm.advantage={default: reinforce, solver: dr_grpo}"],
-         "set rollout.group_size >= 2"),
+        (
+            ["rollout.group_size=1", "algorithm.advantage={default: reinforce, solver: dr_grpo}"],
+            "set rollout.group_size >= 2",
+        ),
         (["rollout.temperature=0"], "rollout.temperature"),
     ],
 )
@@ -47,7 +51,12 @@ def test_accepted_configs() -> None:
         [],
         ["algorithm.loss.tis_cap=2.0", "backend.old_logprobs=recompute"],
         ["lora.dropout=0.1"],
-        ["lora.dropout=0.1", "lora.enabled=false", "backend.gradient_checkpointing=true", "backend.share_prefix=false"],
+        [
+            "lora.dropout=0.1",
+            "lora.enabled=false",
+            "backend.gradient_checkpointing=true",
+            "backend.share_prefix=false",
+        ],
         ["rollout.group_size=1", "algorithm.advantage=reinforce"],
     ):
         check_config(load_config(TrainConfig, None, overrides), LocalBackend.capabilities)
@@ -55,7 +64,12 @@ def test_accepted_configs() -> None:
 
 def test_refusals_for_what_a_backend_cannot_do() -> None:
     lora_only = LocalBackend.capabilities.model_copy(
-        update={"name": "remote", "full_finetune": False, "kl_to_reference": False, "losses": frozenset({"ppo"})}
+        update={
+            "name": "remote",
+            "full_finetune": False,
+            "kl_to_reference": False,
+            "losses": frozenset({"ppo"}),
+        }
     )
     assert "set lora.enabled=true" in _refusal("lora.enabled=false", capabilities=lora_only)
     assert "set algorithm.loss.kl_coef=0" in _refusal("algorithm.loss.kl_coef=0.1", capabilities=lora_only)
@@ -73,9 +87,15 @@ def test_existing_checkpoints_need_resume(tiny_model_dir: Path, tmp_path: Path) 
     (checkpoints / "step_000002").mkdir(parents=True)
     (checkpoints / "step_000002" / LOOP_STATE).write_text('{"step": 2, "eval_history": []}')
     (checkpoints / "latest").write_text("step_000002")
-    cfg = load_config(TrainConfig, None, [
-        f"model.path={tiny_model_dir}", f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=old",
-    ])
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={tiny_model_dir}",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            "trainer.name=old",
+        ],
+    )
     trainer = AgentTrainer(cfg, train_tasks=TASKS, test_tasks=TASKS)
     with pytest.raises(UnsupportedConfigError) as info:
         trainer.train()  # refused before any model loads
@@ -90,18 +110,31 @@ def test_loss_norm_sampled_counts_skipped_zero_variance_rows(tiny_model_dir) -> 
     from rllm.engine.context import Outcome
     from rllm.trainer.agent_trainer import AgentTrainer
 
-    async def flow(task, ctx):  # task "flat" always scores 1 (a zero-variance group), "mixed" depends on the sample
+    async def flow(
+        task, ctx
+    ):  # task "flat" always scores 1 (a zero-variance group), "mixed" depends on the sample
         reply = await ctx.chat([{"role": "user", "content": task["question"]}])
         return Outcome(reward=1.0 if task["task_id"] == "flat" else float(reply.completion_ids[0] % 2))
 
     tasks = [{"task_id": "flat", "question": "a"}, {"task_id": "mixed", "question": "b"}]
     seen = {}
     for norm in ("kept", "sampled"):
-        cfg = load_config(TrainConfig, None, [
-            f"model.path={tiny_model_dir}", "rollout.batch_size=2", "rollout.group_size=8", "rollout.max_tokens=6",
-            "trainer.steps=1", "eval.before=false", "eval.after=false", "trainer.loggers=[jsonl]",
-            f"algorithm.loss_norm={norm}", "trainer.threads=1",
-        ])
+        cfg = load_config(
+            TrainConfig,
+            None,
+            [
+                f"model.path={tiny_model_dir}",
+                "rollout.batch_size=2",
+                "rollout.group_size=8",
+                "rollout.max_tokens=6",
+                "trainer.steps=1",
+                "eval.before=false",
+                "eval.after=false",
+                "trainer.loggers=[jsonl]",
+                f"algorithm.loss_norm={norm}",
+                "trainer.threads=1",
+            ],
+        )
         trainer = AgentTrainer(cfg, workflow=flow, train_tasks=tasks, test_tasks=tasks)
         trainer._setup()
         captured = {}

@@ -61,8 +61,16 @@ class ScriptedTurnsEngine:
         reply = self.replies[len(self.prompts)]
         self.prompts.append(list(prompt_ids))
         ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return [Completion(prompt_ids=prompt_ids, completion_ids=ids, logprobs=[-0.5] * len(ids), text=reply,
-                           finish_reason="stop", weight_version=1)]
+        return [
+            Completion(
+                prompt_ids=prompt_ids,
+                completion_ids=ids,
+                logprobs=[-0.5] * len(ids),
+                text=reply,
+                finish_reason="stop",
+                weight_version=1,
+            )
+        ]
 
 
 def _run_scripted(
@@ -72,18 +80,21 @@ def _run_scripted(
     engine = ScriptedTurnsEngine(tokenizer, replies)
     with TraceStore(db) as store, GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
         workflow = GatewayWorkflow(example.calculator_agent, example.grade, gateway_url=srv.url, model="tiny")
-        runner = WorkflowEngine(workflow, engine, SamplingParams(temperature=1.0, max_tokens=96, seed=3),
-                                show_progress=False)
+        runner = WorkflowEngine(
+            workflow, engine, SamplingParams(temperature=1.0, max_tokens=96, seed=3), show_progress=False
+        )
         (episode,) = asyncio.run(runner.run_tasks([TASK]))
         traces = store.list(episode.id)
     return episode, engine, traces
 
 
-def test_tool_call_and_answer_merge_into_one_masked_sequence(example: ModuleType, tiny_model_dir: Path,
-                                                             tmp_path: Path) -> None:
+def test_tool_call_and_answer_merge_into_one_masked_sequence(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    episode, engine, traces = _run_scripted(example, tokenizer, [CANONICAL_CALL, "The answer is 1035."],
-                                            tmp_path / "t.db")
+    episode, engine, traces = _run_scripted(
+        example, tokenizer, [CANONICAL_CALL, "The answer is 1035."], tmp_path / "t.db"
+    )
     assert not episode.failed, episode.error
     assert episode.info["output"] == "The answer is 1035."
     assert episode.reward == 1.0 and episode.is_correct
@@ -102,15 +113,16 @@ def test_tool_call_and_answer_merge_into_one_masked_sequence(example: ModuleType
     (step,) = trajectory.steps
     assert episode.metrics["assembly/merged_calls"] == 1 and episode.metrics["assembly/drift_splits"] == 0
     n1, n2 = len(t1.completion_token_ids), len(t2.completion_token_ids)
-    between = t2.prompt_token_ids[len(t1.prompt_token_ids) + n1:]
+    between = t2.prompt_token_ids[len(t1.prompt_token_ids) + n1 :]
     assert step.prompt_ids == t1.prompt_token_ids
     assert step.response_ids == t1.completion_token_ids + between + t2.completion_token_ids
     assert step.response_mask == [1] * n1 + [0] * len(between) + [1] * n2
     assert "1035" in tokenizer.decode(between) and step.reward == 1.0
 
 
-def test_call_the_template_rewrites_is_split_and_counted(example: ModuleType, tiny_model_dir: Path,
-                                                         tmp_path: Path) -> None:
+def test_call_the_template_rewrites_is_split_and_counted(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     """A call written without the newlines the Hermes format puts around its JSON is parsed all the same,
     but the history re-renders it canonically: not what the model sampled, so no merge across it."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -144,8 +156,9 @@ def test_agent_stops_after_its_last_model_turn(
     assert episode.reward == 0.0 and episode.metrics["signal/tool_calls"] == 2
 
 
-def test_call_to_an_unknown_tool_is_answered_with_an_error(example: ModuleType, tiny_model_dir: Path,
-                                                          tmp_path: Path) -> None:
+def test_call_to_an_unknown_tool_is_answered_with_an_error(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     wrong = CANONICAL_CALL.replace('"calculate"', '"calculator"')
     episode, engine, _ = _run_scripted(example, tokenizer, [wrong, "1035"], tmp_path / "t.db")
@@ -168,13 +181,24 @@ def test_example_trains_two_steps_on_the_tiny_model(
 ) -> None:
     """The example's main() end to end on a tiny random model: it writes garbage and never calls the tool,
     so there is no reward signal, but rollouts, scoring, eval and logging run through LangGraph."""
-    result = example.main([
-        f"model.path={tiny_model_dir}", f"trainer.run_dir={tmp_path}",
-        "trainer.steps=2", "trainer.plot=false",
-        "lora.enabled=false", "backend.device=cpu", "backend.autocast=none", "inference.dtype=float32",
-        "rollout.batch_size=2", "rollout.group_size=2", "rollout.max_tokens=8", "eval.max_tokens=8",
-        "data.train_size=8", "data.test_size=2",
-    ])
+    result = example.main(
+        [
+            f"model.path={tiny_model_dir}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.steps=2",
+            "trainer.plot=false",
+            "lora.enabled=false",
+            "backend.device=cpu",
+            "backend.autocast=none",
+            "inference.dtype=float32",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "rollout.max_tokens=8",
+            "eval.max_tokens=8",
+            "data.train_size=8",
+            "data.test_size=2",
+        ]
+    )
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]

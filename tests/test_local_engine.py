@@ -51,7 +51,7 @@ def _hf_greedy(model: torch.nn.Module, prompt: list[int], max_new: int) -> list[
     out = model.generate(
         ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new, pad_token_id=2
     )
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 @torch.no_grad()
@@ -66,7 +66,9 @@ def test_batched_greedy_equals_hf_generate(engine, hf_model, prompts) -> None:
     # batch and the KV cache is pruned while the others go on), all in one batch.
     max_tokens = [10, 3, 7, 10, 1]
     batches_before = engine.stats["batches"]
-    outs = _gather(engine, [(p, GREEDY.model_copy(update={"max_tokens": m})) for p, m in zip(prompts, max_tokens)])
+    outs = _gather(
+        engine, [(p, GREEDY.model_copy(update={"max_tokens": m})) for p, m in zip(prompts, max_tokens)]
+    )
     assert engine.stats["batches"] == batches_before + 1
     for prompt, m, (c,) in zip(prompts, max_tokens, outs):
         assert c.prompt_ids == prompt
@@ -115,7 +117,8 @@ def test_stop_string_cuts_text_but_keeps_tokens(engine, prompts) -> None:
 
     # The stop string: the text of the first token (after the first) that completes something new.
     k, piece = next(
-        (k, p) for k in range(1, len(ids))
+        (k, p)
+        for k in range(1, len(ids))
         if (p := tok.decode(ids[k : k + 1]).strip()) and all(p not in text(j) for j in range(k + 1))
     )
     (c,) = engine.generate_sync(prompts[0], GREEDY.model_copy(update={"stop": ["never-seen-xyz", piece]}))
@@ -135,7 +138,9 @@ def test_n_gives_n_distinct_completions(engine, prompts) -> None:
 
 def test_same_seed_same_output_different_seed_different(engine, prompts) -> None:
     def run(seed: int) -> list[int]:
-        return engine.generate_sync(prompts[0], SamplingParams(temperature=1.0, max_tokens=8, seed=seed))[0].completion_ids
+        return engine.generate_sync(prompts[0], SamplingParams(temperature=1.0, max_tokens=8, seed=seed))[
+            0
+        ].completion_ids
 
     assert run(5) == run(5)
     assert run(5) != run(6)
@@ -162,7 +167,8 @@ def test_load_weights_bumps_version_and_changes_output(tiny_model_dir, prompts) 
     gen = torch.Generator().manual_seed(0)
     new = [
         (name, p.detach() + 0.5 * torch.randn(p.shape, generator=gen))
-        for name, p in engine.model.named_parameters() if "layers.0" in name and p.dim() == 2
+        for name, p in engine.model.named_parameters()
+        if "layers.0" in name and p.dim() == 2
     ]
     engine.load_weights(new)
     assert engine.weight_version == 1
@@ -180,9 +186,11 @@ def test_failed_batch_fails_its_requests_and_engine_keeps_serving(engine, prompt
     bad = [5, vocab + 10]  # an out-of-vocab id makes the embedding lookup raise inside the batch
 
     async def main() -> list:
-        return list(await asyncio.gather(
-            engine.generate(bad, GREEDY), engine.generate(prompts[0], GREEDY), return_exceptions=True
-        ))
+        return list(
+            await asyncio.gather(
+                engine.generate(bad, GREEDY), engine.generate(prompts[0], GREEDY), return_exceptions=True
+            )
+        )
 
     results = asyncio.run(main())
     assert all(isinstance(r, Exception) for r in results)  # both shared the failed batch

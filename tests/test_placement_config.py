@@ -41,20 +41,54 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
     [
         (["backend.distributed.world_size=4"], "backend.distributed.* applies to backend.name=distributed"),
         (["inference.vllm.num_servers=2"], "inference.vllm.* applies to inference.engine=vllm"),
-        (["backend.name=distributed", "backend.device=cpu", "backend.distributed.comm=nccl"],
-         "backend.distributed.comm=nccl needs GPUs"),
-        (["inference.engine=vllm", "inference.vllm.python=/nonexistent/bin/python"],
-         "/nonexistent/bin/python, which does not exist: run scripts/setup_vllm.sh"),
-        (["inference.engine=vllm", "inference.vllm.urls=[http://127.0.0.1:9]", "inference.vllm.num_servers=2"],
-         "inference.vllm.num_servers (settings of started servers) would do nothing"),
-        (["inference.engine=vllm", "inference.vllm.urls=[http://127.0.0.1:9]", "inference.dtype=float32"],
-         "inference.dtype and inference.max_batch_rows apply to the local engine"),
-        (["inference.engine=vllm", "inference.vllm.python=/bin/sh", "lora.rank=32", "inference.vllm.max_lora_rank=16"],
-         "lora.rank=32 exceeds inference.vllm.max_lora_rank=16"),
-        (["inference.engine=vllm", "inference.vllm.python=/bin/sh", "lora.enabled=false", "optim.lr=1e-5",
-          "inference.vllm.max_lora_rank=16"], "inference.vllm.max_lora_rank applies to LoRA runs"),
-        (["inference.engine=vllm", "inference.vllm.python=/bin/sh", "inference.vllm.num_servers=2",
-          "inference.vllm.servers=[{tensor_parallel_size: 1}]"], "inference.vllm.servers has 1 entries for num_servers=2"),
+        (
+            ["backend.name=distributed", "backend.device=cpu", "backend.distributed.comm=nccl"],
+            "backend.distributed.comm=nccl needs GPUs",
+        ),
+        (
+            ["inference.engine=vllm", "inference.vllm.python=/nonexistent/bin/python"],
+            "/nonexistent/bin/python, which does not exist: run scripts/setup_vllm.sh",
+        ),
+        (
+            [
+                "inference.engine=vllm",
+                "inference.vllm.urls=[http://127.0.0.1:9]",
+                "inference.vllm.num_servers=2",
+            ],
+            "inference.vllm.num_servers (settings of started servers) would do nothing",
+        ),
+        (
+            ["inference.engine=vllm", "inference.vllm.urls=[http://127.0.0.1:9]", "inference.dtype=float32"],
+            "inference.dtype and inference.max_batch_rows apply to the local engine",
+        ),
+        (
+            [
+                "inference.engine=vllm",
+                "inference.vllm.python=/bin/sh",
+                "lora.rank=32",
+                "inference.vllm.max_lora_rank=16",
+            ],
+            "lora.rank=32 exceeds inference.vllm.max_lora_rank=16",
+        ),
+        (
+            [
+                "inference.engine=vllm",
+                "inference.vllm.python=/bin/sh",
+                "lora.enabled=false",
+                "optim.lr=1e-5",
+                "inference.vllm.max_lora_rank=16",
+            ],
+            "inference.vllm.max_lora_rank applies to LoRA runs",
+        ),
+        (
+            [
+                "inference.engine=vllm",
+                "inference.vllm.python=/bin/sh",
+                "inference.vllm.num_servers=2",
+                "inference.vllm.servers=[{tensor_parallel_size: 1}]",
+            ],
+            "inference.vllm.servers has 1 entries for num_servers=2",
+        ),
     ],
 )
 def test_placement_refusals_are_one_line_and_exit_2(
@@ -70,7 +104,9 @@ def test_distributed_without_ray_says_how_to_install_it(
 ) -> None:
     real = importlib.util.find_spec
     # Ray is installed here; this makes it look absent (a fake of a machine without the extra).
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
     assert main(["train", f"trainer.run_dir={tmp_path}", "backend.name=distributed"]) == 2
     assert "pip install 'rllm[distributed]'" in _one_line(capsys)
 
@@ -99,17 +135,36 @@ def _episode(versions: list[int], failed: bool = False) -> Episode:
 def test_staleness_guard_refuses_samples_older_than_allowed() -> None:
     check_staleness([_episode([3, 3])], version=3, max_staleness=0)
     check_staleness([_episode([2, 3])], version=3, max_staleness=1)
-    with pytest.raises(StaleSamplesError, match=r"1 sample\(s\) .* weight version 2, but the policy is at version 3"):
+    with pytest.raises(
+        StaleSamplesError, match=r"1 sample\(s\) .* weight version 2, but the policy is at version 3"
+    ):
         check_staleness([_episode([3]), _episode([2])], version=3, max_staleness=0)
 
 
-def test_a_dropped_weight_sync_stops_training_instead_of_learning_off_policy(tiny_model_dir: Path, tmp_path: Path) -> None:
-    cfg = load_config(TrainConfig, None, [
-        f"model.path={tiny_model_dir}", f"trainer.run_dir={tmp_path}", "trainer.steps=3", "rollout.batch_size=2",
-        "rollout.group_size=2", "rollout.max_tokens=4", "eval.before=false", "eval.after=false",
-        "eval.every_steps=0", "data.train_size=8", "data.test_size=2", "trainer.plot=false", "backend.device=cpu",
-        "algorithm.filters.drop_zero_variance=false", "trainer.store_enabled=false",
-    ])
+def test_a_dropped_weight_sync_stops_training_instead_of_learning_off_policy(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={tiny_model_dir}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.steps=3",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "rollout.max_tokens=4",
+            "eval.before=false",
+            "eval.after=false",
+            "eval.every_steps=0",
+            "data.train_size=8",
+            "data.test_size=2",
+            "trainer.plot=false",
+            "backend.device=cpu",
+            "algorithm.filters.drop_zero_variance=false",
+            "trainer.store_enabled=false",
+        ],
+    )
     trainer = AgentTrainer(cfg)
     real_setup = trainer._setup
 
@@ -131,6 +186,8 @@ def test_build_backend_builds_the_configured_backend(tiny_model_dir: Path) -> No
 
 
 def test_the_cluster_example_config_is_valid() -> None:
-    cfg = load_config(TrainConfig, Path(__file__).parents[1] / "examples/configs/cluster_qwen1.5b_gsm8k.yaml", [])
+    cfg = load_config(
+        TrainConfig, Path(__file__).parents[1] / "examples/configs/cluster_qwen1.5b_gsm8k.yaml", []
+    )
     assert cfg.backend.name == "distributed" and cfg.inference.engine == "vllm"
     assert len(cfg.inference.vllm.servers) == cfg.inference.vllm.num_servers

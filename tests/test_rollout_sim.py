@@ -32,8 +32,9 @@ def test_fake_pool_turns_are_real_multi_turn_steps() -> None:
     from rllm.inference.base import SamplingParams
 
     pool = bench_rollout_sim.FakeFixedLatencyPool(0.001, completion_tokens=5)
-    engine = WorkflowEngine(bench_rollout_sim.multi_turn_workflow(3), pool, SamplingParams(max_tokens=5),
-                            show_progress=False)
+    engine = WorkflowEngine(
+        bench_rollout_sim.multi_turn_workflow(3), pool, SamplingParams(max_tokens=5), show_progress=False
+    )
     (episode,) = asyncio.run(engine.run_tasks([{"task_id": "a", "question": "q"}]))
     (traj,) = episode.trajectories
     assert [len(s.messages) for s in traj.steps] == [1, 3, 5]  # the conversation grows each turn

@@ -23,7 +23,9 @@ from rllm.trainer.agent_trainer import AgentTrainer
 
 
 @pytest.fixture(scope="module")
-def gateway(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LocalEngine, TraceStore]]:
+def gateway(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, LocalEngine, TraceStore]]:
     engine = LocalEngine.from_pretrained(str(tiny_model_dir), device="cpu", dtype="float32", batch_wait_ms=2)
     store = TraceStore(tmp_path_factory.mktemp("sdk") / "traces.db")
     with GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
@@ -31,7 +33,9 @@ def gateway(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     store.close()
 
 
-def _run(workflow: Any, engine: LocalEngine, tasks: list[dict], group_size: int = 1, **sampling: Any) -> list[rllm.Episode]:
+def _run(
+    workflow: Any, engine: LocalEngine, tasks: list[dict], group_size: int = 1, **sampling: Any
+) -> list[rllm.Episode]:
     params = SamplingParams(temperature=1.0, max_tokens=6, seed=11, **sampling)
     eng = WorkflowEngine(workflow, engine, params, show_progress=False)
     return asyncio.run(eng.run_tasks(tasks, group_size=group_size))
@@ -43,21 +47,26 @@ def plain_agent(task: dict, config: AgentConfig) -> str:
     import openai
 
     client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key)
-    resp = client.chat.completions.create(model=config.model, messages=[{"role": "user", "content": task["q"]}],
-                                          temperature=0.2)  # the session's training temperature wins
+    resp = client.chat.completions.create(
+        model=config.model, messages=[{"role": "user", "content": task["q"]}], temperature=0.2
+    )  # the session's training temperature wins
     return resp.choices[0].message.content
 
 
 @rllm.evaluator
 def length_reward(task: dict, episode: rllm.Episode) -> EvalResult:
     text = episode.info["output"]
-    return EvalResult(reward=float(len(text) % 2), is_correct=len(text) % 2 == 1, signals={"chars": len(text)})
+    return EvalResult(
+        reward=float(len(text) % 2), is_correct=len(text) % 2 == 1, signals={"chars": len(text)}
+    )
 
 
 def test_rollout_through_gateway_builds_token_faithful_episodes(gateway: tuple) -> None:
     url, engine, store = gateway
     wf = GatewayWorkflow(plain_agent, length_reward, gateway_url=url, model="tiny")
-    episodes = _run(wf, engine, [{"task_id": "t1", "q": "Hello"}, {"task_id": "t2", "q": "Bye"}], group_size=2)
+    episodes = _run(
+        wf, engine, [{"task_id": "t1", "q": "Hello"}, {"task_id": "t2", "q": "Bye"}], group_size=2
+    )
     assert [e.task_id for e in episodes] == ["t1", "t1", "t2", "t2"]
     for ep in episodes:
         assert not ep.failed, ep.error
@@ -81,8 +90,10 @@ async def two_turn_agent(task: dict, config: AgentConfig) -> float:
     client = config.async_client()
     messages = [{"role": "user", "content": task["q"]}]
     first = await client.chat.completions.create(model=config.model, messages=messages)
-    messages += [{"role": "assistant", "content": first.choices[0].message.content},
-                 {"role": "user", "content": "Again"}]
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "Again"},
+    ]
     await client.chat.completions.create(model=config.model, messages=messages)
     await client.close()
     return 1.0
@@ -97,11 +108,16 @@ def test_multi_turn_calls_merge_into_one_masked_sequence(gateway: tuple) -> None
     assert not ep.failed, ep.error
     t1, t2 = store.list(ep.id)
     steps = ep.trajectories[0].steps
-    if t2.prompt_token_ids[: len(t1.prompt_token_ids) + len(t1.completion_token_ids)] == t1.prompt_token_ids + t1.completion_token_ids:
+    if (
+        t2.prompt_token_ids[: len(t1.prompt_token_ids) + len(t1.completion_token_ids)]
+        == t1.prompt_token_ids + t1.completion_token_ids
+    ):
         (step,) = steps
         n_env = len(t2.prompt_token_ids) - len(t1.prompt_token_ids) - len(t1.completion_token_ids)
-        assert step.response_mask == [1] * len(t1.completion_token_ids) + [0] * n_env + [1] * len(t2.completion_token_ids)
-        assert step.response_ids == t2.prompt_token_ids[len(t1.prompt_token_ids):] + t2.completion_token_ids
+        assert step.response_mask == [1] * len(t1.completion_token_ids) + [0] * n_env + [1] * len(
+            t2.completion_token_ids
+        )
+        assert step.response_ids == t2.prompt_token_ids[len(t1.prompt_token_ids) :] + t2.completion_token_ids
         assert ep.metrics["assembly/merged_calls"] == 1
     else:  # the reply was cut by max_tokens, so history has an <|im_end|> the model never sampled: a split
         assert len(steps) == 2 and ep.metrics["assembly/drift_splits"] == 1
@@ -112,13 +128,19 @@ def solver_judge(task: dict, config: AgentConfig) -> EvalResult:
     solver = config.client("solver")
     answer = solver.completions.create(model=config.model, prompt=task["q"], max_tokens=3).choices[0].text
     judge = config.client("judge")
-    verdict = judge.completions.create(model=config.model, prompt=f"Is {answer!r} right?", max_tokens=2).choices[0].text
+    verdict = (
+        judge.completions.create(model=config.model, prompt=f"Is {answer!r} right?", max_tokens=2)
+        .choices[0]
+        .text
+    )
     return EvalResult(reward=1.0, role_rewards={"solver": 1.0, "judge": 0.0}, info={"verdict": verdict})
 
 
 def test_roles_get_their_own_trajectories_and_rewards(gateway: tuple) -> None:
     url, engine, _ = gateway
-    (ep,) = _run(GatewayWorkflow(solver_judge, gateway_url=url, model="tiny"), engine, [{"task_id": "sj", "q": "1+1="}])
+    (ep,) = _run(
+        GatewayWorkflow(solver_judge, gateway_url=url, model="tiny"), engine, [{"task_id": "sj", "q": "1+1="}]
+    )
     assert not ep.failed, ep.error
     by = {t.name: t for t in ep.trajectories}
     assert set(by) == {"solver", "judge"}
@@ -135,8 +157,11 @@ def test_flow_errors_fail_only_their_episode(gateway: tuple) -> None:
             raise RuntimeError("tool crashed")
         return 0.5
 
-    eps = _run(GatewayWorkflow(broken, gateway_url=url, model="tiny"), engine,
-               [{"task_id": "bad"}, {"task_id": "good"}])
+    eps = _run(
+        GatewayWorkflow(broken, gateway_url=url, model="tiny"),
+        engine,
+        [{"task_id": "bad"}, {"task_id": "good"}],
+    )
     assert eps[0].failed and "tool crashed" in (eps[0].error or "")
     assert not eps[1].failed and eps[1].reward == 0.5
 
@@ -183,7 +208,9 @@ def test_trainer_learns_through_the_gateway(tmp_path: Path) -> None:
     assert rewards[0] < 0.3 and sum(rewards[-3:]) / 3 >= 0.9, rewards
     assert result.final_accuracy == 1.0
     assert records[-1]["assembly/calls"] == 1.0
-    with TraceStore(result.run_dir / "traces.db") as store:  # every call is on record, with its weight version
+    with TraceStore(
+        result.run_dir / "traces.db"
+    ) as store:  # every call is on record, with its weight version
         versions = {t.weight_version for s in store.sessions()[-4:] for t in store.list(s)}
     assert versions == {30} and N_TASKS == 4
 
@@ -201,12 +228,17 @@ def test_flow_may_return_its_own_trajectories(gateway: tuple) -> None:
         from rllm.engine.assembly import assemble_steps
 
         (first, second), _ = assemble_steps(traces)
-        return [rllm.Trajectory(name="proposer", steps=[first]), rllm.Trajectory(name="critic", steps=[second])]
+        return [
+            rllm.Trajectory(name="proposer", steps=[first]),
+            rllm.Trajectory(name="critic", steps=[second]),
+        ]
 
     @rllm.evaluator
     def score(task: dict, episode: rllm.Episode) -> EvalResult:
         return EvalResult(reward=1.0, role_rewards={"critic": -1.0})
 
-    (ep,) = _run(GatewayWorkflow(labelled, score, gateway_url=url, model="tiny"), engine, [{"task_id": "own"}])
+    (ep,) = _run(
+        GatewayWorkflow(labelled, score, gateway_url=url, model="tiny"), engine, [{"task_id": "own"}]
+    )
     assert not ep.failed, ep.error
     assert {t.name: t.reward for t in ep.trajectories} == {"proposer": 1.0, "critic": -1.0}

@@ -164,7 +164,9 @@ def test_tool_calls_from_openai() -> None:
     )
     assert calls == [ToolCall(id="c1", name="f", arguments='{"x": 1}')]
     assert calls[0].to_openai() == {
-        "id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "f", "arguments": '{"x": 1}'},
     }
     with pytest.raises(ValueError, match=r"tool_calls\[0\] is not an OpenAI tool call"):
         tool_calls_from_openai([{"id": "c1", "function": {"arguments": "{}"}}])

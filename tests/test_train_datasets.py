@@ -39,17 +39,27 @@ def _refusal(*overrides: str) -> str:
 
 
 ROWS = [
-    {"task_id": f"m{i}", "question": f"What is {i} + {i}?", "ground_truth": f"\\frac{{{2 * i}}}{{1}}",
-     "data_source": "mine", "metadata": {}}
+    {
+        "task_id": f"m{i}",
+        "question": f"What is {i} + {i}?",
+        "ground_truth": f"\\frac{{{2 * i}}}{{1}}",
+        "data_source": "mine",
+        "metadata": {},
+    }
     for i in range(6)
 ]
 
 
-@pytest.mark.parametrize(("task", "reward", "instruction"), [
-    ("countdown", countdown_reward, None),  # its questions already ask for <answer> tags
-    ("code_problems", code_reward, "```python"),
-])
-def test_builtin_datasets_bring_their_reward_and_instruction(datasets_dir: Path, task, reward, instruction) -> None:
+@pytest.mark.parametrize(
+    ("task", "reward", "instruction"),
+    [
+        ("countdown", countdown_reward, None),  # its questions already ask for <answer> tags
+        ("code_problems", code_reward, "```python"),
+    ],
+)
+def test_builtin_datasets_bring_their_reward_and_instruction(
+    datasets_dir: Path, task, reward, instruction
+) -> None:
     workflow = build_workflow(_cfg(f"data.task={task}"))
     assert workflow.reward_fn is reward
     assert (workflow.instruction is None) if instruction is None else (instruction in workflow.instruction)
@@ -57,14 +67,27 @@ def test_builtin_datasets_bring_their_reward_and_instruction(datasets_dir: Path,
     assert build_workflow(_cfg(f"data.task={task}", "data.instruction=''")).instruction is None
 
 
-def test_a_registered_dataset_trains_with_its_reward(datasets_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_a_registered_dataset_trains_with_its_reward(
+    datasets_dir: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     DatasetRegistry().register("mine", ROWS, "train", reward="math")
     DatasetRegistry().register("mine", ROWS[:2], "test", reward="math")
     cfg = _cfg(
-        "data.task=mine", f"model.path={tiny_model_dir}", "backend.device=cpu", "backend.autocast=none",
-        "inference.dtype=float32", "trainer.steps=1", "trainer.threads=1", "rollout.batch_size=2",
-        "rollout.group_size=2", "rollout.max_tokens=8", "eval.max_tokens=8", "eval.every_steps=0",
-        f"trainer.run_dir={tmp_path / 'runs'}", "trainer.loggers=[jsonl]", "trainer.plot=false",
+        "data.task=mine",
+        f"model.path={tiny_model_dir}",
+        "backend.device=cpu",
+        "backend.autocast=none",
+        "inference.dtype=float32",
+        "trainer.steps=1",
+        "trainer.threads=1",
+        "rollout.batch_size=2",
+        "rollout.group_size=2",
+        "rollout.max_tokens=8",
+        "eval.max_tokens=8",
+        "eval.every_steps=0",
+        f"trainer.run_dir={tmp_path / 'runs'}",
+        "trainer.loggers=[jsonl]",
+        "trainer.plot=false",
     )
     trainer = AgentTrainer(cfg)
     assert [t["task_id"] for t in trainer.test_tasks] == ["m0", "m1"] and len(trainer.train_tasks) == 6

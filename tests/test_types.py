@@ -53,17 +53,30 @@ def _episode() -> Episode:
     solver = Trajectory(
         name="solver",
         steps=[
-            _step(messages=[{"role": "user", "content": "2+2?"}], response_text="4", finish_reason="stop",
-                  reward=1.0, advantage=0.5, weight_version=3, info={"k": [1, 2]}),
+            _step(
+                messages=[{"role": "user", "content": "2+2?"}],
+                response_text="4",
+                finish_reason="stop",
+                reward=1.0,
+                advantage=0.5,
+                weight_version=3,
+                info={"k": [1, 2]},
+            ),
             _step(response_mask=[0, 1], finish_reason="length"),
         ],
         reward=1.0,
     )
     judge = Trajectory(name="judge", steps=[_step()], reward=0.0, info={"verdict": "ok"})
     return Episode(
-        task_id="t1", task={"question": "2+2?", "ground_truth": "4"}, trajectories=[solver, judge], reward=1.0,
-        is_correct=True, termination_reason=TerminationReason.MAX_RESPONSE_LENGTH, attempt=2,
-        metrics={"episode_time_s": 0.25}, info={"note": "x"},
+        task_id="t1",
+        task={"question": "2+2?", "ground_truth": "4"},
+        trajectories=[solver, judge],
+        reward=1.0,
+        is_correct=True,
+        termination_reason=TerminationReason.MAX_RESPONSE_LENGTH,
+        attempt=2,
+        metrics={"episode_time_s": 0.25},
+        info={"note": "x"},
     )
 
 
@@ -86,7 +99,11 @@ def test_episode_ids_are_unique() -> None:
 
 def test_termination_reasons() -> None:
     assert {r.value for r in TerminationReason} == {
-        "env_done", "max_turns", "max_response_length", "timeout", "error",
+        "env_done",
+        "max_turns",
+        "max_response_length",
+        "timeout",
+        "error",
     }
     ep = Episode(task_id="t")
     assert ep.termination_reason is TerminationReason.ENV_DONE
@@ -106,7 +123,9 @@ def test_termination_reasons() -> None:
 
 def _sequence(**overrides) -> TrainSequence:
     fields = {
-        "input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1], "rollout_logprobs": [0.0, 0.0, -0.1, -0.2],
+        "input_ids": [1, 2, 3, 4],
+        "loss_mask": [0, 0, 1, 1],
+        "rollout_logprobs": [0.0, 0.0, -0.1, -0.2],
         "advantages": [0.0, 0.0, 1.0, 1.0],
     }
     return TrainSequence(**{**fields, **overrides})
@@ -120,8 +139,14 @@ def test_train_sequence_needs_one_entry_per_token(field: str) -> None:
 
 
 def test_train_batch_counts() -> None:
-    batch = TrainBatch(sequences=[_sequence(), _sequence(input_ids=[1, 2], loss_mask=[0, 1],
-                                                         rollout_logprobs=[0.0, -1.0], advantages=[0.0, -1.0])])
+    batch = TrainBatch(
+        sequences=[
+            _sequence(),
+            _sequence(
+                input_ids=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0], advantages=[0.0, -1.0]
+            ),
+        ]
+    )
     assert len(batch) == 2
     assert batch.num_tokens == 6
     assert batch.num_response_tokens == 3

@@ -91,8 +91,10 @@ def test_retry_that_succeeds_reports_its_attempt(engine) -> None:
 def test_timeout(engine) -> None:
     async def slow(task: dict, ctx: RolloutContext) -> float:
         # a step recorded directly, so the budget cannot run out inside the call on a loaded machine
-        ctx.record(Completion(prompt_ids=[1], completion_ids=[2], logprobs=[-1.0], text="", finish_reason="stop"),
-                   messages=[])
+        ctx.record(
+            Completion(prompt_ids=[1], completion_ids=[2], logprobs=[-1.0], text="", finish_reason="stop"),
+            messages=[],
+        )
         await asyncio.sleep(30)
         return 1.0
 
@@ -116,8 +118,14 @@ def test_workflows_own_timeout_error_is_an_error(engine) -> None:
 
 @pytest.mark.parametrize(
     ("result", "reward", "is_correct"),
-    [(True, 1.0, True), (False, 0.0, False), (0.25, 0.25, None), (3, 3.0, None), (None, 0.0, None),
-     (Outcome(reward=0.5, is_correct=True, metrics={"turns": 1.0}), 0.5, True)],
+    [
+        (True, 1.0, True),
+        (False, 0.0, False),
+        (0.25, 0.25, None),
+        (3, 3.0, None),
+        (None, 0.0, None),
+        (Outcome(reward=0.5, is_correct=True, metrics={"turns": 1.0}), 0.5, True),
+    ],
 )
 def test_workflow_return_values(engine, result: Any, reward: float, is_correct: bool | None) -> None:
     async def returns(task: dict, ctx: RolloutContext) -> Any:

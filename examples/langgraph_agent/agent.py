@@ -49,7 +49,10 @@ EXAMPLE_TURNS: list[BaseMessage] = [
 ]
 
 _OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
 }
 _MAX_EXPRESSION_CHARS = 200
 
@@ -87,15 +90,28 @@ def calculate(expression: str) -> str:
 
 
 def build_agent(
-    base_url: str, api_key: str, model: str, *, max_tokens: int = 96, max_model_calls: int = 3,
+    base_url: str,
+    api_key: str,
+    model: str,
+    *,
+    max_tokens: int = 96,
+    max_model_calls: int = 3,
     http_async_client: Any | None = None,
 ) -> CompiledStateGraph:
     """The ReAct graph: `model` → (`tools` → `model`)* → end, at most `max_model_calls` model turns.
 
     `http_async_client` is passed to `ChatOpenAI` (by default LangChain keeps one client per base URL).
     """
-    llm = ChatOpenAI(base_url=base_url, api_key=api_key, model=model, max_tokens=max_tokens,
-                     temperature=0.7, max_retries=1, timeout=300, http_async_client=http_async_client)
+    llm = ChatOpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        model=model,
+        max_tokens=max_tokens,
+        temperature=0.7,
+        max_retries=1,
+        timeout=300,
+        http_async_client=http_async_client,
+    )
     llm_with_tools = llm.bind_tools([calculate])
 
     async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
@@ -135,6 +151,7 @@ async def solve(agent: CompiledStateGraph, question: str, *, recursion_limit: in
     `recursion_limit` bounds the graph's steps (each model or tool node is one); the routing already
     stops after `max_model_calls` model turns, so this is only a backstop.
     """
-    state = await agent.ainvoke({"messages": [HumanMessage(question)]},
-                                config={"recursion_limit": recursion_limit})
+    state = await agent.ainvoke(
+        {"messages": [HumanMessage(question)]}, config={"recursion_limit": recursion_limit}
+    )
     return final_answer(state["messages"])

@@ -94,7 +94,7 @@ def tool_results(messages: list[dict[str, Any]]) -> list[str]:
     that call; the agent's worked examples come before the question and are not counted.
     """
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    return [str(m.get("content") or "") for m in messages[last_user + 1:] if m.get("role") == "tool"]
+    return [str(m.get("content") or "") for m in messages[last_user + 1 :] if m.get("role") == "tool"]
 
 
 def calculator_ran(result: str) -> bool:
@@ -106,11 +106,17 @@ def calculator_ran(result: str) -> bool:
 def grade(task: dict, episode: rllm.Episode) -> rllm.EvalResult:
     correct = single_number_match(episode.info["output"] or "", task["ground_truth"])
     # The episode's last model call saw every tool result of the episode.
-    results = max((tool_results(step.messages) for traj in episode.trajectories for step in traj.steps),
-                  key=len, default=[])
+    results = max(
+        (tool_results(step.messages) for traj in episode.trajectories for step in traj.steps),
+        key=len,
+        default=[],
+    )
     ran = sum(calculator_ran(r) for r in results)
-    return rllm.EvalResult(reward=float(correct), is_correct=correct, signals={
-        "tool_calls": len(results), "tool_errors": len(results) - ran, "used_tool": float(ran > 0)})
+    return rllm.EvalResult(
+        reward=float(correct),
+        is_correct=correct,
+        signals={"tool_calls": len(results), "tool_errors": len(results) - ran, "used_tool": float(ran > 0)},
+    )
 
 
 def held_out_tool_use(traces_db: Path, n_test: int) -> tuple[float, float]:
@@ -138,8 +144,9 @@ def main(overrides: list[str]) -> rllm.TrainResult:
         logging.getLogger(name).setLevel(logging.WARNING)
     config = rllm.load_config(rllm.TrainConfig, None, [*DEFAULTS, *overrides])
     train, test = make_tasks(config.data.train_size, config.data.test_size, seed=config.trainer.seed)
-    result = rllm.AgentTrainer(config, workflow=calculator_agent, evaluator=grade, train_tasks=train,
-                               test_tasks=test).train()
+    result = rllm.AgentTrainer(
+        config, workflow=calculator_agent, evaluator=grade, train_tasks=train, test_tasks=test
+    ).train()
     print(f"held-out accuracy: {result.initial_accuracy:.1%} -> {result.final_accuracy:.1%}")
     if config.eval.before and config.eval.after:
         before, after = held_out_tool_use(result.run_dir / "traces.db", len(test))

@@ -89,7 +89,10 @@ class FilterConfig:
 
 
 def filter_groups(
-    groups: list[TrajectoryGroup], cfg: FilterConfig, *, signal: Callable[[TrajectoryGroup], np.ndarray] | None = None,
+    groups: list[TrajectoryGroup],
+    cfg: FilterConfig,
+    *,
+    signal: Callable[[TrajectoryGroup], np.ndarray] | None = None,
 ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """Return new groups without the dropped members and groups, and counts of what was dropped.
 
@@ -174,7 +177,9 @@ def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
 
 def step_returns(group: TrajectoryGroup, gamma: float = 1.0) -> np.ndarray:
     """The discounted return of every step of every member, members in order: per-step credit's values."""
-    values = [g for _, traj in group.members for g in discounted_returns([s.reward for s in traj.steps], gamma)]
+    values = [
+        g for _, traj in group.members for g in discounted_returns([s.reward for s in traj.steps], gamma)
+    ]
     return np.array(values, dtype=np.float64)
 
 
@@ -198,13 +203,20 @@ def state_signal(group: TrajectoryGroup, gamma: float = 1.0) -> np.ndarray:
     the group's mean, each same-state return from its set's mean); all zero exactly when neither level has
     anything to learn."""
     returns = step_returns(group, gamma)
-    parts = [group.rewards - group.rewards.mean()] + [returns[ix] - returns[ix].mean() for ix in state_groups(group)]
+    parts = [group.rewards - group.rewards.mean()] + [
+        returns[ix] - returns[ix].mean() for ix in state_groups(group)
+    ]
     return np.concatenate(parts)
 
 
 def compute_advantages(
-    groups: list[TrajectoryGroup], estimator: str | dict[str, str], *, credit: Credit = "trajectory",
-    gamma: float = 1.0, step_weight: float = 1.0, **estimator_kwargs: object,
+    groups: list[TrajectoryGroup],
+    estimator: str | dict[str, str],
+    *,
+    credit: Credit = "trajectory",
+    gamma: float = 1.0,
+    step_weight: float = 1.0,
+    **estimator_kwargs: object,
 ) -> dict[str, float]:
     """Set ``step.advantage`` on every step of every member trajectory; return advantage metrics.
 
@@ -290,7 +302,10 @@ def compute_advantages(
 
 
 def _per_state_advantages(
-    fn: Callable[..., list[np.ndarray]], kwargs: dict[str, object], groups: list[TrajectoryGroup], gamma: float,
+    fn: Callable[..., list[np.ndarray]],
+    kwargs: dict[str, object],
+    groups: list[TrajectoryGroup],
+    gamma: float,
     step_weight: float,
 ) -> list[np.ndarray]:
     """``credit="per_state"`` for one role's groups: set every step's advantage, return them per group."""
@@ -343,7 +358,7 @@ def _sequence(run: list[Step]) -> tuple[list[int], list[int], list[float], list[
     lps: list[float] = []
     advs: list[float] = []
     for step in run:
-        new = step.prompt_ids[len(ids):]
+        new = step.prompt_ids[len(ids) :]
         ids += new
         mask += [0] * len(new)
         lps += [0.0] * len(new)
@@ -381,8 +396,13 @@ def build_train_batch(groups: list[TrajectoryGroup], *, merge: bool = True) -> T
         ids, mask, lps, advs = _sequence(run)
         sequences.append(
             TrainSequence(
-                input_ids=ids, loss_mask=mask, rollout_logprobs=lps, advantages=advs,
-                group_id=group.group_id, episode_id=episode.id, trajectory_name=traj.name,
+                input_ids=ids,
+                loss_mask=mask,
+                rollout_logprobs=lps,
+                advantages=advs,
+                group_id=group.group_id,
+                episode_id=episode.id,
+                trajectory_name=traj.name,
                 weight_version=run[0].weight_version,
             )
         )
@@ -390,7 +410,9 @@ def build_train_batch(groups: list[TrajectoryGroup], *, merge: bool = True) -> T
     batch.metrics = {
         "batch/num_sequences": float(len(sequences)),
         "batch/num_response_tokens": float(batch.num_response_tokens),
-        "batch/skipped_empty_steps": float(sum(not s.response_ids for g in groups for _, t in g.members for s in t.steps)),
+        "batch/skipped_empty_steps": float(
+            sum(not s.response_ids for g in groups for _, t in g.members for s in t.steps)
+        ),
         "batch/merged_steps": float(merged),
     }
     return batch
@@ -429,4 +451,4 @@ def attach_trainer_logprobs(
     for (_, _, _, run), row in zip(_row_runs(groups, merge), logprobs_per_row, strict=True):
         for step in run:
             start = len(step.prompt_ids)
-            step.info["trainer_logprobs"] = [float(x) for x in row[start:start + len(step.response_ids)]]
+            step.info["trainer_logprobs"] = [float(x) for x in row[start : start + len(step.response_ids)]]

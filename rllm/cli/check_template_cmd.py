@@ -28,7 +28,9 @@ def add_check_template_parser(subparsers: argparse._SubParsersAction) -> argpars
     )
     parser.add_argument("model", help="built-in model name (smollm2-135m), model directory, or hub id")
     parser.add_argument(
-        "--tool-format", choices=TOOL_FORMATS, default="hermes",
+        "--tool-format",
+        choices=TOOL_FORMATS,
+        default="hermes",
         help="how tool calls are written when the template ignores tools (default: hermes)",
     )
     parser.set_defaults(func=run_check_template)

@@ -39,14 +39,18 @@ def add_dataset_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     listing.set_defaults(func=run_dataset_list)
 
     pull = commands.add_parser(
-        "pull", help="download a catalog benchmark from the Hugging Face hub and register it",
+        "pull",
+        help="download a catalog benchmark from the Hugging Face hub and register it",
         description="Download a benchmark of the catalog (see `rllm dataset list`), convert its rows to the "
         "task schema and register every split locally. Runs once; later loads read the local copy.",
     )
     pull.add_argument("name", help="catalog dataset name")
     pull.add_argument("--force", action="store_true", help="download and convert again")
     pull.add_argument(
-        "--file", action="append", default=[], metavar="SPLIT=PATH",
+        "--file",
+        action="append",
+        default=[],
+        metavar="SPLIT=PATH",
         help="read SPLIT from a local copy of the hub's file (parquet or JSONL, hub columns) instead of "
         "downloading; repeat for several splits",
     )
@@ -54,12 +58,15 @@ def add_dataset_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
     inspect = commands.add_parser("inspect", help="show a dataset's details and a few rows")
     inspect.add_argument("name")
-    inspect.add_argument("--split", default=None, help="split to show (default: train if present, else the first)")
+    inspect.add_argument(
+        "--split", default=None, help="split to show (default: train if present, else the first)"
+    )
     inspect.add_argument("-n", type=int, default=3, help="rows to show (default 3)")
     inspect.set_defaults(func=run_dataset_inspect)
 
     register = commands.add_parser(
-        "register", help="register a JSONL, JSON, CSV or parquet file as a dataset split",
+        "register",
+        help="register a JSONL, JSON, CSV or parquet file as a dataset split",
         description="Register a file of records as split SPLIT of dataset NAME. The question comes from "
         "--question-key (default: question, problem or prompt), the answer from --answer-key (default: "
         "ground_truth or answer), the id from task_id or id; other columns go into metadata.",
@@ -104,8 +111,10 @@ def run_dataset_list(args: argparse.Namespace) -> int:
         print(f"{info.name}\t{where}\t{info.reward or '-'}\t{_splits_text(info)}\t{about}")
     for entry in CATALOG.values():
         if entry.name not in local:
-            print(f"{entry.name}\tcatalog (not pulled)\t{entry.reward}\t{'/'.join(entry.splits)}\t"
-                  f"{entry.description} [{entry.source}]")
+            print(
+                f"{entry.name}\tcatalog (not pulled)\t{entry.reward}\t{'/'.join(entry.splits)}\t"
+                f"{entry.description} [{entry.source}]"
+            )
     return 0
 
 
@@ -116,7 +125,10 @@ def run_dataset_pull(args: argparse.Namespace) -> int:
     registry = DatasetRegistry()
     if args.name not in CATALOG:
         if args.name in builtin_datasets():
-            print(f"{args.name} is built-in: it is generated when loaded, there is nothing to pull", file=sys.stderr)
+            print(
+                f"{args.name} is built-in: it is generated when loaded, there is nothing to pull",
+                file=sys.stderr,
+            )
             return 0
         return _error(KeyError(f"{args.name!r} is not in the catalog: choose one of {', '.join(CATALOG)}"))
     files = {}
@@ -148,16 +160,22 @@ def run_dataset_inspect(args: argparse.Namespace) -> int:
     except _USER_ERRORS as err:
         return _error(err)
     console = Console()
-    console.print(f"[bold]{info.name}[/bold] ({info.kind}) reward={info.reward or '-'} splits: {_splits_text(info)}")
+    console.print(
+        f"[bold]{info.name}[/bold] ({info.kind}) reward={info.reward or '-'} splits: {_splits_text(info)}"
+    )
     if info.description or info.source:
         console.print(f"{info.description} [dim]{info.source}[/dim]".strip())
     for row in rows:
-        question = row["question"] if len(row["question"]) <= _SHOW_CHARS else row["question"][:_SHOW_CHARS] + " ..."
+        question = (
+            row["question"] if len(row["question"]) <= _SHOW_CHARS else row["question"][:_SHOW_CHARS] + " ..."
+        )
         body = Group(
             Text(question),
-            Text("ground_truth", style="bold"), Pretty(row["ground_truth"], max_string=_SHOW_CHARS),
+            Text("ground_truth", style="bold"),
+            Pretty(row["ground_truth"], max_string=_SHOW_CHARS),
             Text(f"data_source: {row['data_source']}", style="bold"),
-            Text("metadata", style="bold"), Pretty(row["metadata"], max_string=_SHOW_CHARS),
+            Text("metadata", style="bold"),
+            Pretty(row["metadata"], max_string=_SHOW_CHARS),
         )
         console.print(Panel(body, title=f"{split}: {row['task_id']}", title_align="left"))
     return 0
@@ -167,8 +185,13 @@ def run_dataset_register(args: argparse.Namespace) -> int:
     """Register ``args.file`` as ``args.name``/``args.split``."""
     try:
         info = DatasetRegistry().register_file(
-            args.name, args.file, args.split, question_key=args.question_key, answer_key=args.answer_key,
-            reward=args.reward, description=args.description,
+            args.name,
+            args.file,
+            args.split,
+            question_key=args.question_key,
+            answer_key=args.answer_key,
+            reward=args.reward,
+            description=args.description,
         )
     except _USER_ERRORS as err:
         return _error(err)

@@ -23,40 +23,75 @@ from typing import Any
 
 
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("eval", help="evaluate a model on a dataset (accuracy, pass@k)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", help="a dataset name: built-in, registered, or from the catalog (rllm dataset list)")
-    p.add_argument("--model", default=None,
-                   help="the model: a built-in name or a local path (default smollm2-135m); with --base-url, "
-                        "the name the server knows it by")
-    p.add_argument("--base-url", default=None, help="an OpenAI-compatible server to evaluate instead of a local model")
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on a dataset (accuracy, pass@k)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dataset", help="a dataset name: built-in, registered, or from the catalog (rllm dataset list)"
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the model: a built-in name or a local path (default smollm2-135m); with --base-url, "
+        "the name the server knows it by",
+    )
+    p.add_argument(
+        "--base-url", default=None, help="an OpenAI-compatible server to evaluate instead of a local model"
+    )
     p.add_argument("--api-key", default=None, help="API key for --base-url")
     p.add_argument("--split", default="test", help="dataset split (default: test)")
     p.add_argument("--max-examples", type=int, default=None, help="evaluate the first N items only")
     p.add_argument("--k", type=int, default=1, help="report pass@K (samples per item default to K)")
     p.add_argument("--n", type=int, default=None, help="samples per item, >= K (default: K)")
-    p.add_argument("--temperature", type=float, default=None,
-                   help="sampling temperature (default: 0 for one sample per item, 0.6 for several)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature (default: 0 for one sample per item, 0.6 for several)",
+    )
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-tokens", type=int, default=1024, help="most tokens per reply (default 1024)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     p.add_argument("--timeout-s", type=float, default=None, help="time limit per episode")
-    p.add_argument("--output", type=Path, default=None, help="results JSONL (default evals/DATASET-SPLIT-MODEL.jsonl)")
+    p.add_argument(
+        "--output", type=Path, default=None, help="results JSONL (default evals/DATASET-SPLIT-MODEL.jsonl)"
+    )
     p.add_argument("--no-resume", action="store_true", help="start over instead of resuming --output")
-    p.add_argument("--store", type=Path, default=None,
-                   help="record the eval as a run in this run store for `rllm ui` (default: $RLLM_STORE, else "
-                        "runs/rllm.db)")
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="record the eval as a run in this run store for `rllm ui` (default: $RLLM_STORE, else "
+        "runs/rllm.db)",
+    )
     p.add_argument("--no-store", action="store_true", help="do not record the eval in the run store")
-    p.add_argument("--flow", default=None, help="your @rllm.rollout flow as module:function or path.py:function")
-    p.add_argument("--evaluator", default=None,
-                   help="your @rllm.evaluator as module:function or path.py:function (default: the dataset's reward)")
-    p.add_argument("--reward", default=None, help="score with this reward instead of the dataset's (see docs/rewards.md)")
+    p.add_argument(
+        "--flow", default=None, help="your @rllm.rollout flow as module:function or path.py:function"
+    )
+    p.add_argument(
+        "--evaluator",
+        default=None,
+        help="your @rllm.evaluator as module:function or path.py:function (default: the dataset's reward)",
+    )
+    p.add_argument(
+        "--reward", default=None, help="score with this reward instead of the dataset's (see docs/rewards.md)"
+    )
     p.add_argument("--system-prompt", default=None, help="a system message for the built-in chat flow")
-    p.add_argument("--max-turns", type=int, default=None,
-                   help="frozenlake: most moves per game (default 5, as examples/frozenlake trains)")
-    p.add_argument("--history-turns", default=None,
-                   help="frozenlake: earlier (board, reply) turns kept in the prompt, or 'all' (default 0)")
+    p.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        help="frozenlake: most moves per game (default 5, as examples/frozenlake trains)",
+    )
+    p.add_argument(
+        "--history-turns",
+        default=None,
+        help="frozenlake: earlier (board, reply) turns kept in the prompt, or 'all' (default 0)",
+    )
     p.add_argument("--device", default="auto", help="local model device (auto, cpu, cuda)")
     p.add_argument("--dtype", default="auto", help="local model dtype (auto, float32, bfloat16)")
     p.set_defaults(func=run_eval_command)
@@ -115,8 +150,11 @@ def run_eval_command(args: argparse.Namespace) -> int:
         tasks, reward_name = eval_tasks(args.dataset, args.split, args.max_examples)
         reward_name = args.reward or reward_name
         plays_game = reward_name == "frozenlake" and not args.flow  # the built-in game flow; it scores itself
-        game_options = {key: value for key, value in (("max_turns", args.max_turns),
-                                                      ("history_turns", args.history_turns)) if value is not None}
+        game_options = {
+            key: value
+            for key, value in (("max_turns", args.max_turns), ("history_turns", args.history_turns))
+            if value is not None
+        }
         if game_options and not plays_game:
             flags = ", ".join("--" + key.replace("_", "-") for key in game_options)
             raise ValueError(f"{flags} set(s) the built-in frozenlake game; it does not apply to this flow")
@@ -124,8 +162,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
             flow = load_object(args.flow)
         elif plays_game:
             history = game_options.get("history_turns", "0")
-            flow = frozenlake_flow(game_options.get("max_turns", 5),
-                                   None if history == "all" else _int_option("--history-turns", history))
+            flow = frozenlake_flow(
+                game_options.get("max_turns", 5),
+                None if history == "all" else _int_option("--history-turns", history),
+            )
         else:
             flow = chat_flow(answer_instruction(reward_name), args.system_prompt)
         if args.evaluator:
@@ -137,15 +177,36 @@ def run_eval_command(args: argparse.Namespace) -> int:
         else:
             evaluator_fn = reward_evaluator(get_reward(reward_name))
         spec = EvalSpec(
-            dataset=args.dataset, output=args.output or default_output(args.dataset, args.split, model), model=model,
-            base_url=args.base_url, api_key=args.api_key, split=args.split, max_examples=args.max_examples,
-            k=args.k, n=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
-            seed=args.seed, concurrency=args.concurrency, timeout_s=args.timeout_s, resume=not args.no_resume,
-            device=args.device, dtype=args.dtype, store=None if args.no_store else args.store or default_store_path(),
+            dataset=args.dataset,
+            output=args.output or default_output(args.dataset, args.split, model),
+            model=model,
+            base_url=args.base_url,
+            api_key=args.api_key,
+            split=args.split,
+            max_examples=args.max_examples,
+            k=args.k,
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            concurrency=args.concurrency,
+            timeout_s=args.timeout_s,
+            resume=not args.no_resume,
+            device=args.device,
+            dtype=args.dtype,
+            store=None if args.no_store else args.store or default_store_path(),
         )
         summary = run_eval(spec, tasks, flow, evaluator_fn)
-    except (ValueError, KeyError, FileNotFoundError, AttributeError, ConnectionError, StoreError,
-            SandboxUnavailable) as exc:  # SandboxUnavailable: the code reward refuses to grade without isolation
+    except (
+        ValueError,
+        KeyError,
+        FileNotFoundError,
+        AttributeError,
+        ConnectionError,
+        StoreError,
+        SandboxUnavailable,
+    ) as exc:  # SandboxUnavailable: the code reward refuses to grade without isolation
         print(f"rllm eval: {exc}", file=sys.stderr)
         return 2
     print_summary(summary, Console())
@@ -159,11 +220,19 @@ def print_summary(summary: Any, console: Any) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     n = summary.samples_per_item
-    rows = [("items", f"{summary.items}"), ("samples per item", f"{n}"), ("accuracy", f"{summary.accuracy:.4f}")]
+    rows = [
+        ("items", f"{summary.items}"),
+        ("samples per item", f"{n}"),
+        ("accuracy", f"{summary.accuracy:.4f}"),
+    ]
     rows += [(f"pass@{k}", f"{v:.4f}") for k, v in summary.pass_at.items()]
-    rows += [(f"mean@{n}", f"{summary.accuracy:.4f}"), ("mean reward", f"{summary.mean_reward:.4f}"),
-             ("failed samples", f"{summary.failed}"), ("wall time", f"{summary.wall_s:.1f} s"),
-             ("results", summary.output)]
+    rows += [
+        (f"mean@{n}", f"{summary.accuracy:.4f}"),
+        ("mean reward", f"{summary.mean_reward:.4f}"),
+        ("failed samples", f"{summary.failed}"),
+        ("wall time", f"{summary.wall_s:.1f} s"),
+        ("results", summary.output),
+    ]
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)

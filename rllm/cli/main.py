@@ -41,11 +41,16 @@ NOISY_LOGGERS = ("transformers", "httpx", "httpx2", "urllib3", "peft", "filelock
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rllm", description="Train LLM agents with reinforcement learning.",
+        prog="rllm",
+        description="Train LLM agents with reinforcement learning.",
     )
     parser.add_argument("--version", action="version", version=f"rllm {__version__}")
     parser.add_argument(
-        "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="logging level (default: INFO)",
     )
     subparsers = parser.add_subparsers(
         dest="command", metavar="{train,eval,ui,gateway,model,dataset,check-template,version}", required=True
@@ -53,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = add_train_parser(subparsers)
     # Also accepted after `train`; SUPPRESS keeps the subparser from overwriting `rllm --log-level X train`.
     train.add_argument(
-        "--log-level", type=str.upper, choices=LOG_LEVELS, default=argparse.SUPPRESS,
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=argparse.SUPPRESS,
         help="logging level (default: INFO)",
     )
     add_eval_parser(subparsers)

@@ -41,7 +41,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "`rllm train --help-config` lists every key.",
     )
     parser.add_argument(
-        "args", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
+        "args",
+        nargs="*",
+        metavar="[CONFIG.yaml] [key=value ...]",
         help="an optional YAML config file, then key=value overrides",
     )
     parser.add_argument(
@@ -146,8 +148,11 @@ def run_train(args: argparse.Namespace) -> int:
 
     logger.info(
         "training %s on task %r for %s (%s); run directory %s",
-        config.model.path, config.data.task, _steps(config.trainer.steps),
-        "LoRA" if config.lora.enabled else "full fine-tune", trainer.run_dir,
+        config.model.path,
+        config.data.task,
+        _steps(config.trainer.steps),
+        "LoRA" if config.lora.enabled else "full fine-tune",
+        trainer.run_dir,
     )
     try:
         with _no_hf_progress_bars_in_logs(), _sigterm_unwinds():

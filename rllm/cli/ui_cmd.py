@@ -24,12 +24,24 @@ DEFAULT_PORT = 8265
 
 
 def add_ui_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("ui", help="browse runs in a web UI: live metrics, episodes, tokens, evals",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--store", type=Path, default=None,
-                   help="the run store to show (default: $RLLM_STORE, else runs/rllm.db)")
+    p = subparsers.add_parser(
+        "ui",
+        help="browse runs in a web UI: live metrics, episodes, tokens, evals",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})"
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="the run store to show (default: $RLLM_STORE, else runs/rllm.db)",
+    )
     p.set_defaults(func=run_ui)
     return p
 
@@ -46,14 +58,20 @@ def run_ui(args: argparse.Namespace) -> int:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((args.host, args.port))
     except OSError as exc:
-        print(f"rllm ui: cannot listen on {args.host}:{args.port} ({exc.strerror}): pass another --port",
-              file=sys.stderr)
+        print(
+            f"rllm ui: cannot listen on {args.host}:{args.port} ({exc.strerror}): pass another --port",
+            file=sys.stderr,
+        )
         return 2
     if not store.exists():
-        logger.info("no run store at %s yet: the UI lists runs as soon as `rllm train` or `rllm eval` records one",
-                    store)
+        logger.info(
+            "no run store at %s yet: the UI lists runs as soon as `rllm train` or `rllm eval` records one",
+            store,
+        )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning("serving on %s: anyone who can reach this port sees the runs (there is no login)", args.host)
+        logger.warning(
+            "serving on %s: anyone who can reach this port sees the runs (there is no login)", args.host
+        )
     logger.info("rllm ui: http://%s:%d/  (store %s; Ctrl-C stops it)", args.host, args.port, store)
     uvicorn.run(create_app(store), host=args.host, port=args.port, log_level="warning")
     return 0

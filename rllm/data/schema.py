@@ -60,7 +60,9 @@ def _json_native(value: Any) -> bool:
 def validate_task(row: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     """``row`` checked against the task schema, as a plain dict; ``InvalidTaskError`` names what is wrong."""
     if not isinstance(row, Mapping):
-        raise InvalidTaskError(f"row {index}: expected a mapping of the task fields, got {type(row).__name__}")
+        raise InvalidTaskError(
+            f"row {index}: expected a mapping of the task fields, got {type(row).__name__}"
+        )
     try:
         task = Task.model_validate(dict(row))
     except ValidationError as err:
@@ -106,9 +108,7 @@ def tasks_to_table(tasks: list[dict[str, Any]]) -> Any:
     columns = {
         "task_id": pa.array([t["task_id"] for t in tasks], pa.string()),
         "question": pa.array([t["question"] for t in tasks], pa.string()),
-        "ground_truth": pa.array(
-            [json.dumps(v) if j else v for v, j in zip(truths, is_json)], pa.string()
-        ),
+        "ground_truth": pa.array([json.dumps(v) if j else v for v, j in zip(truths, is_json)], pa.string()),
         "ground_truth_is_json": pa.array(is_json, pa.bool_()),
         "data_source": pa.array([t["data_source"] for t in tasks], pa.string()),
         "metadata": pa.array([json.dumps(t["metadata"]) for t in tasks], pa.string()),
@@ -151,7 +151,9 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, list):
-            raise ValueError(f"{path}: a JSON file must hold an array of objects (use .jsonl for one per line)")
+            raise ValueError(
+                f"{path}: a JSON file must hold an array of objects (use .jsonl for one per line)"
+            )
         return data
     if suffix == ".csv":
         with open(path, encoding="utf-8", newline="") as handle:
@@ -166,8 +168,9 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     raise ValueError(f"{path}: unsupported file type {suffix!r}: use .jsonl, .json, .csv or .parquet")
 
 
-def _pick_key(given: str | None, candidates: tuple[str, ...], columns: list[str], what: str, flag: str,
-              path: Path) -> str:
+def _pick_key(
+    given: str | None, candidates: tuple[str, ...], columns: list[str], what: str, flag: str, path: Path
+) -> str:
     if given is not None:
         if given not in columns:
             raise ValueError(f"{path}: no column {given!r} for the {what} (columns: {', '.join(columns)})")
@@ -218,14 +221,18 @@ def read_task_file(
             except json.JSONDecodeError:
                 metadata = None
         if not isinstance(metadata, dict):
-            raise TypeError(f"{path}: record {i}: the metadata column must hold JSON objects, got {metadata!r:.80}")
+            raise TypeError(
+                f"{path}: record {i}: the metadata column must hold JSON objects, got {metadata!r:.80}"
+            )
         metadata = {**metadata, **{k: v for k, v in record.items() if k not in used}}
         task_id = record.get(id_key) if id_key else None
-        rows.append({
-            "task_id": f"{name}-{split}-{i}" if task_id in (None, "") else str(task_id),
-            "question": record.get(q_key),
-            "ground_truth": record.get(a_key),
-            "data_source": record.get("data_source") or name,
-            "metadata": metadata,
-        })
+        rows.append(
+            {
+                "task_id": f"{name}-{split}-{i}" if task_id in (None, "") else str(task_id),
+                "question": record.get(q_key),
+                "ground_truth": record.get(a_key),
+                "data_source": record.get("data_source") or name,
+                "metadata": metadata,
+            }
+        )
     return rows

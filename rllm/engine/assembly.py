@@ -46,7 +46,7 @@ class _Open:
         return self.prompt_ids + self.response_ids
 
     def extend(self, trace: Trace) -> None:
-        new = trace.prompt_token_ids[len(self.tokens):]
+        new = trace.prompt_token_ids[len(self.tokens) :]
         self.response_ids += new + trace.completion_token_ids
         self.mask += [0] * len(new) + [1] * len(trace.completion_token_ids)
         self.logprobs += [0.0] * len(new) + list(trace.logprobs)
@@ -61,9 +61,15 @@ class _Open:
         if self.drift_at:
             info["drift_at"] = self.drift_at
         return Step(
-            prompt_ids=self.prompt_ids, response_ids=self.response_ids, logprobs=self.logprobs,
-            response_mask=self.mask, messages=messages, response_text=t.response_text,
-            finish_reason=t.finish_reason, weight_version=t.weight_version, info=info,
+            prompt_ids=self.prompt_ids,
+            response_ids=self.response_ids,
+            logprobs=self.logprobs,
+            response_mask=self.mask,
+            messages=messages,
+            response_text=t.response_text,
+            finish_reason=t.finish_reason,
+            weight_version=t.weight_version,
+            info=info,
         )
 
 
@@ -81,8 +87,12 @@ def assemble_steps(traces: list[Trace], *, merge: bool = True) -> tuple[list[Ste
     ``merge=False`` keeps one step per call. Untrainable traces (an upstream that gave no token ids) are
     skipped and counted. Returns the steps and ``assembly/*`` counters.
     """
-    metrics = {"assembly/calls": 0.0, "assembly/merged_calls": 0.0, "assembly/drift_splits": 0.0,
-               "assembly/untrainable_calls": 0.0}
+    metrics = {
+        "assembly/calls": 0.0,
+        "assembly/merged_calls": 0.0,
+        "assembly/drift_splits": 0.0,
+        "assembly/untrainable_calls": 0.0,
+    }
     sequences: list[_Open] = []
     for trace in traces:
         metrics["assembly/calls"] += 1
@@ -98,7 +108,11 @@ def assemble_steps(traces: list[Trace], *, merge: bool = True) -> tuple[list[Ste
                 if common == len(tokens):
                     target = seq
                     break
-                if drift is None and common >= len(seq.prompt_ids) and len(trace.prompt_token_ids) > len(seq.prompt_ids):
+                if (
+                    drift is None
+                    and common >= len(seq.prompt_ids)
+                    and len(trace.prompt_token_ids) > len(seq.prompt_ids)
+                ):
                     drift = (seq, common)
         if target is not None:
             target.extend(trace)
@@ -114,7 +128,11 @@ def assemble_steps(traces: list[Trace], *, merge: bool = True) -> tuple[list[Ste
                 "chat-template drift in session %s: call %s re-renders the history differently from the tokens "
                 "the model produced, first at token %d (expected %s, got %s); starting a new training sequence "
                 "(run `rllm check-template MODEL` to inspect the template)",
-                trace.session_id, trace.request_id, pos, prev.tokens[pos: pos + 5], trace.prompt_token_ids[pos: pos + 5],
+                trace.session_id,
+                trace.request_id,
+                pos,
+                prev.tokens[pos : pos + 5],
+                trace.prompt_token_ids[pos : pos + 5],
             )
         sequences.append(seq)
     return [s.to_step() for s in sequences], metrics
@@ -127,7 +145,7 @@ def traces_to_trajectories(
     trajectory; a sub-session ``{root}:{role}`` forms the trajectory named ``role``."""
     by_role: dict[str, list[Trace]] = {}
     for t in traces:
-        role = "default" if t.session_id == root_session else t.session_id[len(root_session) + 1:]
+        role = "default" if t.session_id == root_session else t.session_id[len(root_session) + 1 :]
         by_role.setdefault(role, []).append(t)
     trajectories, totals = [], {}
     for role, role_traces in by_role.items():

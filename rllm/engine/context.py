@@ -56,8 +56,13 @@ class RolloutContext:
         return SamplingParams.model_validate({**self.sampling.model_dump(), **overrides})
 
     async def complete(
-        self, prompt_ids: list[int], *, trajectory: str = "default", key: str | None = None,
-        messages: list[dict] | None = None, **overrides: Any,
+        self,
+        prompt_ids: list[int],
+        *,
+        trajectory: str = "default",
+        key: str | None = None,
+        messages: list[dict] | None = None,
+        **overrides: Any,
     ) -> Completion:
         """Sample one continuation of ``prompt_ids`` and record it as a step."""
         params = self.params(**overrides)
@@ -70,8 +75,13 @@ class RolloutContext:
         return completion
 
     async def chat(
-        self, messages: list[dict[str, Any]], *, trajectory: str = "default", key: str | None = None,
-        tools: list[dict] | None = None, **overrides: Any,
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        trajectory: str = "default",
+        key: str | None = None,
+        tools: list[dict] | None = None,
+        **overrides: Any,
     ) -> Completion:
         """Render ``messages`` with the model's chat template, sample a reply, record it as a step."""
         prompt_ids = self.engine.apply_chat_template(messages, tools=tools)
@@ -88,7 +98,12 @@ class RolloutContext:
         return traj
 
     def record(
-        self, completion: Completion, *, trajectory: str = "default", key: str | None = None, messages: list[dict],
+        self,
+        completion: Completion,
+        *,
+        trajectory: str = "default",
+        key: str | None = None,
+        messages: list[dict],
     ) -> Step:
         step = Step(
             prompt_ids=completion.prompt_ids,

@@ -94,7 +94,10 @@ class WorkflowEngine:
                 return episode
             logger.warning(
                 "episode for task %s failed (attempt %d/%d): %s",
-                episode.task_id, attempt + 1, self.retries + 1, episode.termination_reason.value,
+                episode.task_id,
+                attempt + 1,
+                self.retries + 1,
+                episode.termination_reason.value,
             )
         assert episode is not None
         return episode
@@ -128,7 +131,9 @@ class WorkflowEngine:
         episode.metrics["episode_time_s"] = time.perf_counter() - t0
         episode.info.update(outcome.info)
         reason = outcome.termination_reason
-        if reason == TerminationReason.ENV_DONE and any(s.truncated for t in episode.trajectories for s in t.steps):
+        if reason == TerminationReason.ENV_DONE and any(
+            s.truncated for t in episode.trajectories for s in t.steps
+        ):
             reason = TerminationReason.MAX_RESPONSE_LENGTH
         episode.termination_reason = reason
         return episode
@@ -162,10 +167,15 @@ class WorkflowEngine:
         progress bar; ``on_episode(job_index, episode)`` is called as each finishes (e.g. to save it)."""
         semaphore = asyncio.Semaphore(self.max_concurrency)
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]:.1f} ep/s"), TimeRemainingColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:.1f} ep/s"),
+            TimeRemainingColumn(),
             # A bar only helps a person at a terminal; in logs (CI, nohup) it leaves blank lines.
-            disable=not (self.show_progress and _CONSOLE.is_terminal), transient=True, console=_CONSOLE,
+            disable=not (self.show_progress and _CONSOLE.is_terminal),
+            transient=True,
+            console=_CONSOLE,
         ) as progress:
             bar = progress.add_task(description, total=len(jobs), rate=0.0)
             t0 = time.perf_counter()

@@ -156,11 +156,16 @@ def frozenlake_tasks(
             {
                 "task_id": f"frozenlake-{split}-{size}x{size}-{map_seed}",
                 "question": "Walk from S to G on this FrozenLake map without stepping into a hole (H):\n"
-                            + "\n".join(grid),
+                + "\n".join(grid),
                 "ground_truth": path,  # the fewest moves; the environment gives the reward
                 "data_source": "builtin/frozenlake",
-                "metadata": {"size": size, "p_frozen": p_frozen, "seed": map_seed, "shortest_path": path,
-                             "grid": grid},
+                "metadata": {
+                    "size": size,
+                    "p_frozen": p_frozen,
+                    "seed": map_seed,
+                    "shortest_path": path,
+                    "grid": grid,
+                },
             }
         )
     return tasks
@@ -228,8 +233,10 @@ class FrozenLakeEnv(Env):
         source = {**task, **(task.get("metadata") or {})}
         kwargs = {key: source[key] for key in keys if key in source}
         if "grid" not in kwargs and "seed" not in kwargs:
-            raise ValueError(f"task {task.get('task_id', '?')!r} names no map: give metadata.grid, or "
-                             "metadata.size/p_frozen/seed")
+            raise ValueError(
+                f"task {task.get('task_id', '?')!r} names no map: give metadata.grid, or "
+                "metadata.size/p_frozen/seed"
+            )
         return cls(**kwargs)
 
     def reset(self) -> tuple[str, dict[str, Any]]:
@@ -308,8 +315,11 @@ def _offset(rows: int, cols: int) -> str:
     the directions named here is also a safe move (the observation lists those too). Before training,
     SmolLM2-135M tends to echo this sentence, and its first direction word is read as the move.
     """
-    parts = [f"{abs(n)} {word}" for n, word in ((rows, "down" if rows > 0 else "up"),
-                                                   (cols, "right" if cols > 0 else "left")) if n]
+    parts = [
+        f"{abs(n)} {word}"
+        for n, word in ((rows, "down" if rows > 0 else "up"), (cols, "right" if cols > 0 else "left"))
+        if n
+    ]
     return " and ".join(parts)
 
 

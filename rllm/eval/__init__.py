@@ -5,6 +5,13 @@ from rllm.eval.passk import mean_pass_at_k, pass_at_k
 from rllm.eval.runner import EvalSpec, EvalSummary, load_results, run_eval
 
 __all__ = [
-    "EvalSpec", "EvalSummary", "chat_flow", "frozenlake_flow", "load_results", "mean_pass_at_k", "pass_at_k",
-    "reward_evaluator", "run_eval",
+    "EvalSpec",
+    "EvalSummary",
+    "chat_flow",
+    "frozenlake_flow",
+    "load_results",
+    "mean_pass_at_k",
+    "pass_at_k",
+    "reward_evaluator",
+    "run_eval",
 ]

@@ -42,8 +42,10 @@ def reward_evaluator(reward_fn: RewardFn) -> Any:
     def score(task: dict[str, Any], episode: Episode) -> EvalResult:
         output = episode.info.get("output")
         if not isinstance(output, str):
-            raise TypeError(f"the flow returned {type(output).__name__}, not the reply text the reward scores: "
-                            "return the final answer text, or pass --evaluator")
+            raise TypeError(
+                f"the flow returned {type(output).__name__}, not the reply text the reward scores: "
+                "return the final answer text, or pass --evaluator"
+            )
         result: RewardResult = reward_fn(task, output)
         return EvalResult(reward=result.reward, is_correct=result.is_correct, info=result.info)
 

@@ -63,8 +63,10 @@ class EvalSpec:
         if self.temperature is None:
             self.temperature = 0.0 if self.n == 1 else 0.6
         if self.n > 1 and self.temperature == 0.0:
-            raise ValueError(f"{self.n} greedy samples of an item are one sample {self.n} times: "
-                             "set a temperature > 0 for pass@k with k > 1")
+            raise ValueError(
+                f"{self.n} greedy samples of an item are one sample {self.n} times: "
+                "set a temperature > 0 for pass@k with k > 1"
+            )
         if self.max_examples is not None and self.max_examples < 1:
             raise ValueError(f"max_examples must be positive, got {self.max_examples}")
         if self.concurrency < 1:
@@ -112,14 +114,20 @@ def load_results(path: str | Path) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
-                logger.warning("%s:%d is not a whole JSON line (an interrupted write?); it is ignored",
-                               path, number)
+                logger.warning(
+                    "%s:%d is not a whole JSON line (an interrupted write?); it is ignored", path, number
+                )
     return rows
 
 
 def _finished(rows: list[dict[str, Any]], spec: EvalSpec) -> dict[tuple[str, int], dict[str, Any]]:
     done: dict[tuple[str, int], dict[str, Any]] = {}
-    want = {"dataset": spec.dataset, "split": spec.split, "model": spec.model_label, "temperature": spec.temperature}
+    want = {
+        "dataset": spec.dataset,
+        "split": spec.split,
+        "model": spec.model_label,
+        "temperature": spec.temperature,
+    }
     for row in rows:
         got = {key: row.get(key) for key in want}
         if got != want:
@@ -144,10 +152,16 @@ def summarize(rows: list[dict[str, Any]], spec: EvalSpec, wall_s: float) -> Eval
     flat = list(latest.values())
     pass_at = {k: mean_pass_at_k(list(by_item.values()), k) for k in ks_to_report(n)} if n else {}
     return EvalSummary(
-        dataset=spec.dataset, model=spec.model_label, items=len(by_item), samples_per_item=n,
+        dataset=spec.dataset,
+        model=spec.model_label,
+        items=len(by_item),
+        samples_per_item=n,
         accuracy=sum(bool(r.get("is_correct")) for r in flat) / len(flat) if flat else 0.0,
-        pass_at=pass_at, mean_reward=sum(float(r.get("reward") or 0.0) for r in flat) / len(flat) if flat else 0.0,
-        failed=sum(r.get("error") is not None for r in flat), wall_s=wall_s, output=str(spec.output),
+        pass_at=pass_at,
+        mean_reward=sum(float(r.get("reward") or 0.0) for r in flat) / len(flat) if flat else 0.0,
+        failed=sum(r.get("error") is not None for r in flat),
+        wall_s=wall_s,
+        output=str(spec.output),
     )
 
 
@@ -157,13 +171,20 @@ def summarize(rows: list[dict[str, Any]], spec: EvalSpec, wall_s: float) -> Eval
 def _row(spec: EvalSpec, task_id: str, sample: int, episode: Any) -> dict[str, Any]:
     output = episode.info.get("output")
     return {
-        "dataset": spec.dataset, "split": spec.split, "model": spec.model_label,
-        "temperature": spec.temperature, "task_id": task_id, "sample": sample,
-        "reward": episode.reward, "is_correct": bool(episode.is_correct),
+        "dataset": spec.dataset,
+        "split": spec.split,
+        "model": spec.model_label,
+        "temperature": spec.temperature,
+        "task_id": task_id,
+        "sample": sample,
+        "reward": episode.reward,
+        "is_correct": bool(episode.is_correct),
         "output": output if isinstance(output, str) else None,
         "info": _jsonable({k: v for k, v in episode.info.items() if k != "output"}),
-        "termination_reason": episode.termination_reason.value, "error": episode.error,
-        "latency_s": round(episode.metrics.get("episode_time_s", 0.0), 4), "session_id": episode.id,
+        "termination_reason": episode.termination_reason.value,
+        "error": episode.error,
+        "latency_s": round(episode.metrics.get("episode_time_s", 0.0), 4),
+        "session_id": episode.id,
     }
 
 
@@ -176,7 +197,11 @@ def _jsonable(value: Any) -> Any:
 
 
 def run_eval(
-    spec: EvalSpec, tasks: list[dict[str, Any]], flow: Any, evaluator_fn: Any | None = None, *,
+    spec: EvalSpec,
+    tasks: list[dict[str, Any]],
+    flow: Any,
+    evaluator_fn: Any | None = None,
+    *,
     show_progress: bool = True,
 ) -> EvalSummary:
     """Run ``flow`` ``spec.n`` times on each of ``tasks`` (skipping samples already in ``spec.output``),
@@ -187,15 +212,21 @@ def run_eval(
         raise ValueError(f"dataset {spec.dataset!r} split {spec.split!r} has no rows to evaluate")
     ids = [task_id_of(t) for t in tasks]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"dataset {spec.dataset!r} repeats task ids; resuming needs each item's id to be unique")
+        raise ValueError(
+            f"dataset {spec.dataset!r} repeats task ids; resuming needs each item's id to be unique"
+        )
     spec.output.parent.mkdir(parents=True, exist_ok=True)
     if not spec.resume and spec.output.exists():
         spec.output.unlink()
     done = _finished(load_results(spec.output), spec)
     todo = [(t, s) for t in tasks for s in range(spec.n) if (task_id_of(t), s) not in done]
     if done:
-        logger.info("resuming %s: %d of %d samples already done", spec.output, len(tasks) * spec.n - len(todo),
-                    len(tasks) * spec.n)
+        logger.info(
+            "resuming %s: %d of %d samples already done",
+            spec.output,
+            len(tasks) * spec.n - len(todo),
+            len(tasks) * spec.n,
+        )
     run = _open_store_run(spec, list(done.values()))
     try:
         summary = _run(spec, tasks, flow, evaluator_fn, todo, ids, show_progress, run)
@@ -204,9 +235,16 @@ def run_eval(
             run.fail(exc)
         raise
     if run is not None:
-        run.log(0, {"eval/accuracy": summary.accuracy, "eval/mean_reward": summary.mean_reward,
-                    "eval/n": float(len(ids) * (spec.n or 1)), "eval/failed": float(summary.failed),
-                    **{f"eval/pass@{k}": v for k, v in summary.pass_at.items()}})
+        run.log(
+            0,
+            {
+                "eval/accuracy": summary.accuracy,
+                "eval/mean_reward": summary.mean_reward,
+                "eval/n": float(len(ids) * (spec.n or 1)),
+                "eval/failed": float(summary.failed),
+                **{f"eval/pass@{k}": v for k, v in summary.pass_at.items()},
+            },
+        )
         run.finish(summary.to_json())
     return summary
 
@@ -219,16 +257,31 @@ def _open_store_run(spec: EvalSpec, done_rows: list[dict[str, Any]]) -> Any:
     from rllm.store import RunWriter
 
     config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec).items() if k != "api_key"}
-    run = RunWriter.start(spec.store, kind="eval", name=f"eval-{spec.dataset}", config=config,
-                          model=spec.model_label, task=spec.dataset, location=spec.output,
-                          resume_from_step=0 if spec.resume else None)
+    run = RunWriter.start(
+        spec.store,
+        kind="eval",
+        name=f"eval-{spec.dataset}",
+        config=config,
+        model=spec.model_label,
+        task=spec.dataset,
+        location=spec.output,
+        resume_from_step=0 if spec.resume else None,
+    )
     if done_rows:
         run.add_eval_results(done_rows)
     return run
 
 
-def _run(spec: EvalSpec, tasks: list[dict[str, Any]], flow: Any, evaluator_fn: Any | None,
-         todo: list[tuple[dict[str, Any], int]], ids: list[str], show_progress: bool, run: Any) -> EvalSummary:
+def _run(
+    spec: EvalSpec,
+    tasks: list[dict[str, Any]],
+    flow: Any,
+    evaluator_fn: Any | None,
+    todo: list[tuple[dict[str, Any], int]],
+    ids: list[str],
+    show_progress: bool,
+    run: Any,
+) -> EvalSummary:
     from rllm.engine.workflow_engine import task_id_of
 
     t0 = time.perf_counter()
@@ -237,14 +290,37 @@ def _run(spec: EvalSpec, tasks: list[dict[str, Any]], flow: Any, evaluator_fn: A
         from rllm.inference.base import SamplingParams
         from rllm.sdk.workflow import GatewayWorkflow
 
-        jobs = [(task, SamplingParams(temperature=spec.temperature, top_p=spec.top_p, max_tokens=spec.max_tokens,
-                                      seed=spec.seed + 1_000_003 * sample)) for task, sample in todo]
+        jobs = [
+            (
+                task,
+                SamplingParams(
+                    temperature=spec.temperature,
+                    top_p=spec.top_p,
+                    max_tokens=spec.max_tokens,
+                    seed=spec.seed + 1_000_003 * sample,
+                ),
+            )
+            for task, sample in todo
+        ]
         with _Gateway(spec) as gateway, spec.output.open("a") as fh:
-            workflow = GatewayWorkflow(flow, evaluator_fn, gateway_url=gateway.url, model=spec.model,
-                                       store=gateway.store, merge_turns=False)
+            workflow = GatewayWorkflow(
+                flow,
+                evaluator_fn,
+                gateway_url=gateway.url,
+                model=spec.model,
+                store=gateway.store,
+                merge_turns=False,
+            )
             # The flow talks to the gateway, never to an engine of its own: no engine here.
-            runner = WorkflowEngine(workflow, None, jobs[0][1], show_progress=show_progress,  # type: ignore[arg-type]
-                                    max_concurrency=spec.concurrency, timeout_s=spec.timeout_s, retries=spec.retries)
+            runner = WorkflowEngine(
+                workflow,
+                None,
+                jobs[0][1],
+                show_progress=show_progress,  # type: ignore[arg-type]
+                max_concurrency=spec.concurrency,
+                timeout_s=spec.timeout_s,
+                retries=spec.retries,
+            )
 
             def save(index: int, episode: Any) -> None:
                 task, sample = todo[index]
@@ -275,9 +351,15 @@ class _Gateway:
 
         spec = self.spec
         try:  # concurrent episodes' calls arrive a few ms apart: the local engine waits 5 ms to batch them
-            upstream = build_upstream(spec.model, [spec.base_url] if spec.base_url else [],
-                                      upstream_model=spec.model, upstream_api_key=spec.api_key,
-                                      device=spec.device, dtype=spec.dtype, batch_wait_ms=5.0)
+            upstream = build_upstream(
+                spec.model,
+                [spec.base_url] if spec.base_url else [],
+                upstream_model=spec.model,
+                upstream_api_key=spec.api_key,
+                device=spec.device,
+                dtype=spec.dtype,
+                batch_wait_ms=5.0,
+            )
         except Exception as exc:
             if not spec.base_url:
                 raise

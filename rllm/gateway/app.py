@@ -140,8 +140,11 @@ def create_app(
             async for chunk in request.stream():  # chunked uploads have no content-length to check up front
                 size += len(chunk)
                 if size > max_body_bytes:
-                    raise OpenAIError(413, f"the request body is larger than the gateway's limit of "
-                                           f"{max_body_bytes} bytes", code="request_too_large")
+                    raise OpenAIError(
+                        413,
+                        f"the request body is larger than the gateway's limit of {max_body_bytes} bytes",
+                        code="request_too_large",
+                    )
                 chunks.append(chunk)
         except ClientDisconnect:  # the client hung up mid-body: nobody to answer, nothing to record
             raise OpenAIError(400, "the client disconnected before sending the whole body") from None
@@ -151,8 +154,13 @@ def create_app(
         req: ChatCompletionRequest = _parse(await body_of(request), ChatCompletionRequest)
         messages = [m.as_template_dict() for m in req.messages]
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-        up = {"endpoint": "chat.completions", "messages": messages, "tools": tools, "tool_choice": req.tool_choice,
-                  "logprobs": bool(req.logprobs)}
+        up = {
+            "endpoint": "chat.completions",
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": req.tool_choice,
+            "logprobs": bool(req.logprobs),
+        }
         record = {"messages": messages, "tools": tools, "tool_choice": req.tool_choice}
         return await _serve(request, req, up, record, req.to_sampling_params)
 
@@ -161,7 +169,9 @@ def create_app(
         up = {"endpoint": "completions", "prompt": req.prompt, "logprobs": req.logprobs is not None}
         return await _serve(request, req, up, {"prompt": req.prompt}, req.to_sampling_params)
 
-    async def _serve(request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any) -> Response:
+    async def _serve(
+        request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any
+    ) -> Response:
         session_id = _session_id(request)
         st = await state.session_state(session_id)
         params = _sampling_params(build, st)
@@ -172,20 +182,34 @@ def create_app(
         request_id = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
         t0 = time.perf_counter()
         try:
-            result = await state.upstream.complete(UpstreamRequest(params=params, **up), session_id=session_id)
+            result = await state.upstream.complete(
+                UpstreamRequest(params=params, **up), session_id=session_id
+            )
         except UpstreamError as exc:
             kind = "invalid_request_error" if exc.status_code < 500 else "upstream_error"
             raise OpenAIError(exc.status_code, exc.message, type=kind) from exc
         latency_ms = (time.perf_counter() - t0) * 1000.0
         traces = [
             Trace(
-                session_id=session_id, request_id=request_id, choice_index=i, endpoint=endpoint,
-                request=record, response_text=c.text,
-                response_message=({"role": "assistant", "content": c.text, "tool_calls": c.tool_calls}
-                                  if endpoint == "chat.completions" else None),
-                prompt_token_ids=result.prompt_ids, completion_token_ids=c.completion_ids, logprobs=c.logprobs,
-                finish_reason=c.finish_reason, latency_ms=latency_ms, weight_version=result.weight_version,
-                trainable=result.trainable, upstream=result.upstream,
+                session_id=session_id,
+                request_id=request_id,
+                choice_index=i,
+                endpoint=endpoint,
+                request=record,
+                response_text=c.text,
+                response_message=(
+                    {"role": "assistant", "content": c.text, "tool_calls": c.tool_calls}
+                    if endpoint == "chat.completions"
+                    else None
+                ),
+                prompt_token_ids=result.prompt_ids,
+                completion_token_ids=c.completion_ids,
+                logprobs=c.logprobs,
+                finish_reason=c.finish_reason,
+                latency_ms=latency_ms,
+                weight_version=result.weight_version,
+                trainable=result.trainable,
+                upstream=result.upstream,
             )
             for i, c in enumerate(result.choices)
         ]
@@ -199,28 +223,46 @@ def create_app(
         created = int(time.time())
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            chunks = stream_chunks(endpoint, request_id, created, state.model_name, result, include_usage=include_usage)
-            return StreamingResponse(_aiter(chunks), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return JSONResponse(completion_body(endpoint, request_id, created, state.model_name, result,
-                                            token_ids=bool(req.return_token_ids)))
+            chunks = stream_chunks(
+                endpoint, request_id, created, state.model_name, result, include_usage=include_usage
+            )
+            return StreamingResponse(
+                _aiter(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
+        return JSONResponse(
+            completion_body(
+                endpoint, request_id, created, state.model_name, result, token_ids=bool(req.return_token_ids)
+            )
+        )
 
     async def list_models(request: Request) -> Response:
         _session_id(request)
-        return JSONResponse({"object": "list", "data": [
-            {"id": model_name, "object": "model", "created": 0, "owned_by": "rllm"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "rllm"}],
+            }
+        )
 
     async def create_session(request: Request) -> Response:
         body = _parse(await body_of(request), SessionCreate)
         sampling = _check_overrides(body.sampling)
-        info = SessionInfo(session_id=body.session_id or uuid.uuid4().hex, sampling=sampling, metadata=body.metadata)
+        info = SessionInfo(
+            session_id=body.session_id or uuid.uuid4().hex, sampling=sampling, metadata=body.metadata
+        )
         try:
             await asyncio.to_thread(store.create_session, info)
         except KeyError:
-            raise OpenAIError(409, f"session {info.session_id!r} already exists: delete it first or pick another id",
-                              param="session_id", code="session_exists") from None
+            raise OpenAIError(
+                409,
+                f"session {info.session_id!r} already exists: delete it first or pick another id",
+                param="session_id",
+                code="session_exists",
+            ) from None
         state.remember(info.session_id, [sampling, 0])
-        return JSONResponse({**info.model_dump(), "base_url": f"/sessions/{info.session_id}/v1"}, status_code=201)
+        return JSONResponse(
+            {**info.model_dump(), "base_url": f"/sessions/{info.session_id}/v1"}, status_code=201
+        )
 
     async def list_sessions(request: Request) -> Response:
         return JSONResponse({"sessions": await asyncio.to_thread(store.sessions)})
@@ -249,16 +291,25 @@ def create_app(
         except ValidationError as exc:
             raise validation_error(exc) from exc
         rows = await asyncio.to_thread(store.query, q)
-        return JSONResponse({"traces": [{"seq": seq, **t.public()} for seq, t in rows],
-                             "last_seq": rows[-1][0] if rows else q.after_seq})
+        return JSONResponse(
+            {
+                "traces": [{"seq": seq, **t.public()} for seq, t in rows],
+                "last_seq": rows[-1][0] if rows else q.after_seq,
+            }
+        )
 
     async def set_policy(request: Request) -> Response:
         body = _parse(await body_of(request), PolicyUpdate)
         if not hasattr(state.upstream, "set_policy"):
-            raise OpenAIError(400, f"the upstream {state.upstream.name!r} has no policy to set: an in-process "
-                                   "engine takes its weights (and version) from the trainer directly")
+            raise OpenAIError(
+                400,
+                f"the upstream {state.upstream.name!r} has no policy to set: an in-process "
+                "engine takes its weights (and version) from the trainer directly",
+            )
         state.upstream.set_policy(body.model, body.weight_version)
-        return JSONResponse({"model": getattr(state.upstream, "model", None), "weight_version": body.weight_version})
+        return JSONResponse(
+            {"model": getattr(state.upstream, "model", None), "weight_version": body.weight_version}
+        )
 
     async def health(request: Request) -> Response:
         h = await state.upstream.health()
@@ -266,9 +317,11 @@ def create_app(
 
     routes = []
     for prefix in ("", "/sessions/{session_id}"):
-        routes += [Route(f"{prefix}/v1/chat/completions", chat_completions, methods=["POST"]),
-                   Route(f"{prefix}/v1/completions", completions, methods=["POST"]),
-                   Route(f"{prefix}/v1/models", list_models, methods=["GET"])]
+        routes += [
+            Route(f"{prefix}/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route(f"{prefix}/v1/completions", completions, methods=["POST"]),
+            Route(f"{prefix}/v1/models", list_models, methods=["GET"]),
+        ]
     routes += [
         Route("/sessions", create_session, methods=["POST"]),
         Route("/sessions", list_sessions, methods=["GET"]),
@@ -279,6 +332,7 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         Route("/admin/policy", set_policy, methods=["POST"]),
     ]
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -288,7 +342,11 @@ def create_app(
         lifespan=lifespan,
         routes=routes,
         middleware=[Middleware(_Guard, api_key=api_key, max_body_bytes=max_body_bytes)],
-        exception_handlers={OpenAIError: _openai_error, StarletteHTTPException: _http_error, Exception: _server_error},
+        exception_handlers={
+            OpenAIError: _openai_error,
+            StarletteHTTPException: _http_error,
+            Exception: _server_error,
+        },
     )
     app.state.gateway = state
     app.state.upstream = upstream
@@ -311,8 +369,11 @@ def _session_id(request: Request) -> str:
 def _check_overrides(sampling: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(sampling) - set(OVERRIDABLE_SAMPLING))
     if unknown:
-        raise OpenAIError(400, f"sampling overrides may set {', '.join(OVERRIDABLE_SAMPLING)}; not {', '.join(unknown)}",
-                          param="sampling")
+        raise OpenAIError(
+            400,
+            f"sampling overrides may set {', '.join(OVERRIDABLE_SAMPLING)}; not {', '.join(unknown)}",
+            param="sampling",
+        )
     try:
         SamplingParams.model_validate(sampling)
     except ValidationError as exc:
@@ -403,12 +464,18 @@ class _Guard:
         if self.api_key is not None:
             scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.api_key):
-                err = OpenAIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' with the "
-                                       "gateway's key", code="invalid_api_key")
+                err = OpenAIError(
+                    401,
+                    "missing or wrong API key: send 'Authorization: Bearer <key>' with the gateway's key",
+                    code="invalid_api_key",
+                )
         length = headers.get(b"content-length")
         if err is None and length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            err = OpenAIError(413, f"the request body is larger than the gateway's limit of {self.max_body_bytes} "
-                                   "bytes", code="request_too_large")
+            err = OpenAIError(
+                413,
+                f"the request body is larger than the gateway's limit of {self.max_body_bytes} bytes",
+                code="request_too_large",
+            )
         if err is not None:
             await _error(err)(scope, receive, send)
             return

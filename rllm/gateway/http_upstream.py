@@ -116,7 +116,8 @@ class HTTPUpstream:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                 # Idle connections are dropped after 4 s, before the servers' own keep-alive timeout (uvicorn's
                 # default 5 s, which vLLM and SGLang use) closes them under a request that reuses one.
                 connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=4.0),
@@ -127,7 +128,8 @@ class HTTPUpstream:
         """A session that never reuses a connection: the retry of a call whose pooled connection failed."""
         if self._fresh_session is None:
             self._fresh_session = aiohttp.ClientSession(
-                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                 connector=aiohttp.TCPConnector(force_close=True),
             )
         return self._fresh_session
@@ -176,14 +178,24 @@ class HTTPUpstream:
                             raise ValueError(f"GET /models answered {status}")
                         self.model = data["data"][0]["id"]
                     break
-                except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError) as exc:
+                except (
+                    aiohttp.ClientError,
+                    asyncio.TimeoutError,
+                    KeyError,
+                    IndexError,
+                    TypeError,
+                    ValueError,
+                ) as exc:
                     errors.append(f"{w.base_url}: {type(exc).__name__}: {exc}")
                     w.healthy = False
             else:
                 raise UpstreamError(503, "no upstream worker answered: " + "; ".join(errors))
             if not self.trainable:
-                logger.warning("upstream %s is a plain OpenAI-compatible server: it returns no token ids, so "
-                               "its traces are stored as not trainable", self.name)
+                logger.warning(
+                    "upstream %s is a plain OpenAI-compatible server: it returns no token ids, so "
+                    "its traces are stored as not trainable",
+                    self.name,
+                )
             self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
             self._started = True
 
@@ -310,8 +322,14 @@ class HTTPUpstream:
         """The upstream request: the client's request with the session's sampling, plus the fields this
         kind of engine needs to return token ids and logprobs."""
         p = request.params
-        body: dict[str, Any] = {"model": self.model, "n": p.n, "temperature": p.temperature, "top_p": p.top_p,
-                                "max_tokens": p.max_tokens, "stream": False}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "n": p.n,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "max_tokens": p.max_tokens,
+            "stream": False,
+        }
         if p.stop:
             body["stop"] = p.stop
         if p.seed is not None:
@@ -340,13 +358,17 @@ class HTTPUpstream:
             body["return_prompt_token_ids"] = True
         return body
 
-    def parse_response(self, data: dict[str, Any], request: UpstreamRequest, *, upstream: str) -> UpstreamResult:
+    def parse_response(
+        self, data: dict[str, Any], request: UpstreamRequest, *, upstream: str
+    ) -> UpstreamResult:
         """Read the token ids and logprobs out of an upstream reply (each kind puts them elsewhere)."""
         try:
             raw_choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
         except (KeyError, TypeError) as exc:
             raise UpstreamError(502, f"the upstream reply has no choices: {str(data)[:300]}") from exc
-        prompt_ids = data.get("prompt_token_ids") or (raw_choices[0].get("prompt_token_ids") if raw_choices else None)
+        prompt_ids = data.get("prompt_token_ids") or (
+            raw_choices[0].get("prompt_token_ids") if raw_choices else None
+        )
         choices, trainable = [], self.trainable and prompt_ids is not None
         for c in raw_choices:
             ids, lps, strings = _token_ids_and_logprobs(c, request.endpoint)
@@ -357,24 +379,43 @@ class HTTPUpstream:
                 text, tool_calls = msg.get("content") or "", msg.get("tool_calls") or None
             else:
                 text, tool_calls = c.get("text") or "", None
-            choices.append(UpstreamChoice(
-                text=text, tool_calls=tool_calls, finish_reason=c.get("finish_reason") or "stop",
-                completion_ids=ids or [], logprobs=lps or [], token_strings=strings if request.logprobs else None,
-            ))
+            choices.append(
+                UpstreamChoice(
+                    text=text,
+                    tool_calls=tool_calls,
+                    finish_reason=c.get("finish_reason") or "stop",
+                    completion_ids=ids or [],
+                    logprobs=lps or [],
+                    token_strings=strings if request.logprobs else None,
+                )
+            )
         if not trainable:
             for ch in choices:  # keep the record honest: no half-filled token lists
                 ch.completion_ids, ch.logprobs = [], []
             prompt_ids = []
-        return UpstreamResult(prompt_ids=list(prompt_ids or []), choices=choices, trainable=trainable,
-                              upstream=upstream)
+        return UpstreamResult(
+            prompt_ids=list(prompt_ids or []), choices=choices, trainable=trainable, upstream=upstream
+        )
 
     async def health(self) -> dict[str, Any]:
         return {
-            "ok": any(w.healthy and not w.retired for w in self.workers), "kind": self.kind, "model": self.model,
-            "weight_version": self.weight_version, "calls_rerouted": self.rerouted,
-            "workers": [{"url": w.base_url, "healthy": w.healthy, "retired": w.retired, "inflight": w.inflight,
-                         "served": w.served, "failures": w.failures, "last_error": w.last_error}
-                        for w in self.workers],
+            "ok": any(w.healthy and not w.retired for w in self.workers),
+            "kind": self.kind,
+            "model": self.model,
+            "weight_version": self.weight_version,
+            "calls_rerouted": self.rerouted,
+            "workers": [
+                {
+                    "url": w.base_url,
+                    "healthy": w.healthy,
+                    "retired": w.retired,
+                    "inflight": w.inflight,
+                    "served": w.served,
+                    "failures": w.failures,
+                    "last_error": w.last_error,
+                }
+                for w in self.workers
+            ],
         }
 
     async def aclose(self) -> None:

@@ -107,10 +107,14 @@ class GatewayProcesses:
             raise ValueError(f"workers must be >= 1, not {workers}")
         if not upstreams:
             # Each worker would load its own copy of the model, and a trainer could sync weights into none.
-            raise ValueError("several gateway workers need --upstream servers to share (vLLM, SGLang, ...): "
-                             "the local engine would load the model once per worker; use --workers 1 for it")
+            raise ValueError(
+                "several gateway workers need --upstream servers to share (vLLM, SGLang, ...): "
+                "the local engine would load the model once per worker; use --workers 1 for it"
+            )
         if port and not 0 < port <= 65536 - workers:
-            raise ValueError(f"ports {port}..{port + workers - 1} are not all in 1-65535: pick a lower --port")
+            raise ValueError(
+                f"ports {port}..{port + workers - 1} are not all in 1-65535: pick a lower --port"
+            )
         self.n = workers
         self.host, self.port = host, port
         self.store_path = Path(store_path)
@@ -118,9 +122,15 @@ class GatewayProcesses:
         self.api_key = api_key
         self.start_timeout_s = start_timeout_s
         self._settings: dict[str, Any] = {
-            "model": model, "store_path": str(self.store_path), "upstreams": list(upstreams),
-            "upstream_kind": upstream_kind, "upstream_model": upstream_model, "api_key": api_key,
-            "upstream_api_key": upstream_api_key, "max_body_bytes": max_body_bytes, "fsync": fsync,
+            "model": model,
+            "store_path": str(self.store_path),
+            "upstreams": list(upstreams),
+            "upstream_kind": upstream_kind,
+            "upstream_model": upstream_model,
+            "api_key": api_key,
+            "upstream_api_key": upstream_api_key,
+            "max_body_bytes": max_body_bytes,
+            "fsync": fsync,
         }
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
@@ -133,9 +143,12 @@ class GatewayProcesses:
         # Once, here: a wrong store or an upstream that does not answer fails before any worker starts,
         # and every worker gets the same detected dialect and model name.
         TraceStore(self.store_path, fsync=self._settings["fsync"]).close()
-        kind, model = probe_upstream(self._settings["upstreams"], upstream_kind=self._settings["upstream_kind"],
-                                     upstream_model=self._settings["upstream_model"],
-                                     upstream_api_key=self._settings["upstream_api_key"])
+        kind, model = probe_upstream(
+            self._settings["upstreams"],
+            upstream_kind=self._settings["upstream_kind"],
+            upstream_model=self._settings["upstream_model"],
+            upstream_api_key=self._settings["upstream_api_key"],
+        )
         self._settings.update(upstream_kind=kind, upstream_model=model)
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -147,8 +160,10 @@ class GatewayProcesses:
                     sock.bind((self.host, self.port + i if self.port else 0))
                 except OSError as exc:
                     sock.close()
-                    raise OSError(f"cannot listen on {self.host}:{self.port + i} for gateway worker {i}: "
-                                  f"{exc.strerror}: pick another --port") from None
+                    raise OSError(
+                        f"cannot listen on {self.host}:{self.port + i} for gateway worker {i}: "
+                        f"{exc.strerror}: pick another --port"
+                    ) from None
                 sock.listen(4096)
                 sock.set_inheritable(True)
                 host, port = sock.getsockname()[:2]
@@ -163,16 +178,31 @@ class GatewayProcesses:
         return self
 
     def _spawn(self, w: _Worker, overrides: dict[str, Any] | None = None) -> None:
-        cmd = [sys.executable, "-m", "rllm.gateway.pool", "--worker-fd", str(w.sock.fileno()),
-               "--worker-index", str(w.index), "--parent-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rllm.gateway.pool",
+            "--worker-fd",
+            str(w.sock.fileno()),
+            "--worker-index",
+            str(w.index),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         out: Any = None
         if self.log_dir is not None:
             w.log_path = self.log_dir / f"gateway-worker-{w.index}.log"
             out = open(w.log_path, "ab")  # noqa: SIM115 (the child owns it)
         try:
             # The settings (the API keys among them) go through stdin, not argv: argv is visible to `ps`.
-            w.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=out,
-                                      pass_fds=(w.sock.fileno(),), start_new_session=True)
+            w.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=out,
+                pass_fds=(w.sock.fileno(),),
+                start_new_session=True,
+            )
             assert w.proc.stdin is not None
             w.proc.stdin.write(json.dumps({**self._settings, **(overrides or {})}).encode())
             w.proc.stdin.close()
@@ -190,16 +220,20 @@ class GatewayProcesses:
                 for w in list(pending):
                     assert w.proc is not None
                     if w.proc.poll() is not None:
-                        raise GatewayWorkerDied(f"gateway worker {w.index} ({w.url}) exited with status "
-                                                f"{w.proc.returncode} while starting{self._log_tail(w)}")
+                        raise GatewayWorkerDied(
+                            f"gateway worker {w.index} ({w.url}) exited with status "
+                            f"{w.proc.returncode} while starting{self._log_tail(w)}"
+                        )
                     try:
                         if client.get(f"{w.url}/health").status_code == 200:
                             pending.remove(w)
                     except httpx.HTTPError:
                         pass
                 if pending and time.monotonic() > deadline:
-                    raise GatewayWorkerDied(f"gateway worker(s) {', '.join(w.url for w in pending)} did not answer "
-                                            f"/health within {self.start_timeout_s:g} s{self._log_tail(pending[0])}")
+                    raise GatewayWorkerDied(
+                        f"gateway worker(s) {', '.join(w.url for w in pending)} did not answer "
+                        f"/health within {self.start_timeout_s:g} s{self._log_tail(pending[0])}"
+                    )
                 if pending:
                     time.sleep(0.05)
 
@@ -256,20 +290,33 @@ class GatewayProcesses:
                         ok = client.get(f"{w.url}/health").status_code == 200
                     except httpx.HTTPError:
                         ok = False
-                out.append({"url": w.url, "pid": w.proc.pid, "running": code is None, "exit_code": code,
-                            "restarts": w.restarts, "ok": ok})
+                out.append(
+                    {
+                        "url": w.url,
+                        "pid": w.proc.pid,
+                        "running": code is None,
+                        "exit_code": code,
+                        "restarts": w.restarts,
+                        "ok": ok,
+                    }
+                )
         return out
 
     def dead(self) -> list[tuple[str, int]]:
         """``(url, exit status)`` of every worker that has exited."""
-        return [(w.url, w.proc.returncode) for w in self._workers
-                if w.proc is not None and w.proc.poll() is not None]
+        return [
+            (w.url, w.proc.returncode)
+            for w in self._workers
+            if w.proc is not None and w.proc.poll() is not None
+        ]
 
     def check(self) -> None:
         """Raise :class:`GatewayWorkerDied` naming every worker that has exited."""
         dead = self.dead()
         if dead:
-            raise GatewayWorkerDied("gateway worker(s) exited: " + ", ".join(f"{u} (status {c})" for u, c in dead))
+            raise GatewayWorkerDied(
+                "gateway worker(s) exited: " + ", ".join(f"{u} (status {c})" for u, c in dead)
+            )
 
     def restart_dead(self, *, min_uptime_s: float = 10.0) -> list[str]:
         """Start every exited worker again on its own port (its socket stayed open here, so clients'
@@ -289,10 +336,17 @@ class GatewayProcesses:
                     continue
                 lived = time.monotonic() - w.started_at
                 if lived < min_uptime_s:
-                    raise GatewayWorkerDied(f"gateway worker {w.index} ({w.url}) exited with status {code} after "
-                                            f"{lived:.1f} s: not restarting it{self._log_tail(w)}")
-                logger.warning("gateway worker %d (%s) exited with status %s after %.0f s: restarting it",
-                               w.index, w.url, code, lived)
+                    raise GatewayWorkerDied(
+                        f"gateway worker {w.index} ({w.url}) exited with status {code} after "
+                        f"{lived:.1f} s: not restarting it{self._log_tail(w)}"
+                    )
+                logger.warning(
+                    "gateway worker %d (%s) exited with status %s after %.0f s: restarting it",
+                    w.index,
+                    w.url,
+                    code,
+                    lived,
+                )
                 w.exit_codes.append(code)
                 w.restarts += 1
                 self._spawn(w, policy)
@@ -334,6 +388,7 @@ class GatewayProcesses:
 def _exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
     """A worker must not outlive the process that started it (a parent killed with SIGKILL cannot stop
     its children): when the parent is gone, this worker ends itself."""
+
     def watch() -> None:
         while True:
             time.sleep(poll_s)
@@ -352,7 +407,9 @@ def _worker_main(argv: list[str] | None = None) -> int:
     p.add_argument("--parent-pid", type=int, required=True)
     args = p.parse_args(argv)
     settings = json.loads(sys.stdin.read())
-    logging.basicConfig(level=logging.WARNING, format=f"gateway worker {args.worker_index}: %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format=f"gateway worker {args.worker_index}: %(levelname)s %(message)s"
+    )
     _exit_with_parent(args.parent_pid)
     serve(fd=args.worker_fd, host="", port=0, probe=False, **settings)
     return 0

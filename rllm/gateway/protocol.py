@@ -62,8 +62,9 @@ _UNSUPPORTED = {
 _OFF_VALUES: tuple[Any, ...] = (None, 0, 0.0, False, 1, {}, [], "none", "auto", {"type": "text"})
 
 
-_NO_TOP_LOGPROBS = ("top_logprobs > 0 is not supported: the gateway reports the sampled token's logprob "
-                    "only (send 0)")
+_NO_TOP_LOGPROBS = (
+    "top_logprobs > 0 is not supported: the gateway reports the sampled token's logprob only (send 0)"
+)
 
 
 class TextPart(BaseModel):
@@ -233,8 +234,10 @@ class CompletionRequest(_SamplingRequest):
     @classmethod
     def _one_prompt(cls, v: Any) -> Any:
         if isinstance(v, list) and v and not all(isinstance(x, int) for x in v):
-            raise ValueError("send one prompt per request (a string or a list of token ids); batches of "
-                             "prompts are not supported yet")
+            raise ValueError(
+                "send one prompt per request (a string or a list of token ids); batches of "
+                "prompts are not supported yet"
+            )
         return v
 
     @model_validator(mode="after")

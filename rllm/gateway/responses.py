@@ -20,17 +20,23 @@ _PIECES = re.compile(r"\s*\S+\s*|\s+")
 
 def usage(result: UpstreamResult) -> dict[str, int]:
     completion = sum(len(c.completion_ids) for c in result.choices)
-    return {"prompt_tokens": len(result.prompt_ids), "completion_tokens": completion,
-            "total_tokens": len(result.prompt_ids) + completion}
+    return {
+        "prompt_tokens": len(result.prompt_ids),
+        "completion_tokens": completion,
+        "total_tokens": len(result.prompt_ids) + completion,
+    }
 
 
 def _chat_logprobs(c: UpstreamChoice) -> dict[str, Any] | None:
     if c.token_strings is None:
         return None
-    return {"content": [
-        {"token": s, "logprob": finite_logprob(lp), "bytes": list(s.encode()), "top_logprobs": []}
-        for s, lp in zip(c.token_strings, c.logprobs)
-    ], "refusal": None}
+    return {
+        "content": [
+            {"token": s, "logprob": finite_logprob(lp), "bytes": list(s.encode()), "top_logprobs": []}
+            for s, lp in zip(c.token_strings, c.logprobs)
+        ],
+        "refusal": None,
+    }
 
 
 def _text_logprobs(c: UpstreamChoice) -> dict[str, Any] | None:
@@ -40,8 +46,12 @@ def _text_logprobs(c: UpstreamChoice) -> dict[str, Any] | None:
     for s in c.token_strings:
         offsets.append(pos)
         pos += len(s)
-    return {"tokens": c.token_strings, "token_logprobs": [finite_logprob(lp) for lp in c.logprobs],
-            "top_logprobs": None, "text_offset": offsets}
+    return {
+        "tokens": c.token_strings,
+        "token_logprobs": [finite_logprob(lp) for lp in c.logprobs],
+        "top_logprobs": None,
+        "text_offset": offsets,
+    }
 
 
 def chat_message(c: UpstreamChoice) -> dict[str, Any]:
@@ -52,21 +62,42 @@ def chat_message(c: UpstreamChoice) -> dict[str, Any]:
 
 
 def completion_body(
-    endpoint: str, request_id: str, created: int, model: str, result: UpstreamResult, *, token_ids: bool = False
+    endpoint: str,
+    request_id: str,
+    created: int,
+    model: str,
+    result: UpstreamResult,
+    *,
+    token_ids: bool = False,
 ) -> dict[str, Any]:
     """A non-streamed ``chat.completion`` / ``text_completion``. ``token_ids`` adds vLLM's
     ``return_token_ids`` fields (chat: ``prompt_token_ids`` at the top; completions: per choice; both:
     ``token_ids`` per choice), so one gateway can be another's upstream."""
     if endpoint == "chat.completions":
-        choices = [{"index": i, "message": chat_message(c), "finish_reason": c.finish_reason,
-                    "logprobs": _chat_logprobs(c)} for i, c in enumerate(result.choices)]
+        choices = [
+            {
+                "index": i,
+                "message": chat_message(c),
+                "finish_reason": c.finish_reason,
+                "logprobs": _chat_logprobs(c),
+            }
+            for i, c in enumerate(result.choices)
+        ]
         obj = "chat.completion"
     else:
-        choices = [{"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": _text_logprobs(c)}
-                   for i, c in enumerate(result.choices)]
+        choices = [
+            {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": _text_logprobs(c)}
+            for i, c in enumerate(result.choices)
+        ]
         obj = "text_completion"
-    body: dict[str, Any] = {"id": request_id, "object": obj, "created": created, "model": model,
-                            "choices": choices, "usage": usage(result)}
+    body: dict[str, Any] = {
+        "id": request_id,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": usage(result),
+    }
     if token_ids and result.trainable:
         for choice, c in zip(choices, result.choices):
             choice["token_ids"] = c.completion_ids
@@ -82,27 +113,48 @@ def stream_chunks(
 ) -> Iterator[bytes]:
     """The SSE events of a streamed reply, ``data: [DONE]`` last."""
     chat = endpoint == "chat.completions"
-    head = {"id": request_id, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": created, "model": model}
+    head = {
+        "id": request_id,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": model,
+    }
 
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return b"data: " + json.dumps({**head, "choices": choices, **extra}).encode() + b"\n\n"
 
     for i, c in enumerate(result.choices):
         if chat:
-            yield event([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                          "finish_reason": None}])
+            yield event(
+                [
+                    {
+                        "index": i,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
         for piece in _PIECES.findall(c.text):
             delta = {"content": piece} if chat else None
-            yield event([{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}] if chat else
-                        [{"index": i, "text": piece, "logprobs": None, "finish_reason": None}])
+            yield event(
+                [{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}]
+                if chat
+                else [{"index": i, "text": piece, "logprobs": None, "finish_reason": None}]
+            )
         if chat and c.tool_calls:
             calls = [{"index": k, **tc} for k, tc in enumerate(c.tool_calls)]
-            yield event([{"index": i, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}])
+            yield event(
+                [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]
+            )
         if chat:
-            yield event([{"index": i, "delta": {}, "logprobs": _chat_logprobs(c), "finish_reason": c.finish_reason}])
+            yield event(
+                [{"index": i, "delta": {}, "logprobs": _chat_logprobs(c), "finish_reason": c.finish_reason}]
+            )
         else:
-            yield event([{"index": i, "text": "", "logprobs": _text_logprobs(c), "finish_reason": c.finish_reason}])
+            yield event(
+                [{"index": i, "text": "", "logprobs": _text_logprobs(c), "finish_reason": c.finish_reason}]
+            )
     if include_usage:
         yield event([], usage=usage(result))
     yield b"data: [DONE]\n\n"

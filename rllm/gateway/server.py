@@ -28,16 +28,20 @@ class GatewayServer:
             server.url  # http://127.0.0.1:PORT
     """
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 30.0
+    ) -> None:
         self.app = app
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="auto",
-                                                     timeout_keep_alive=60, backlog=4096))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
-                                        daemon=True, name="rllm-gateway")
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="auto", timeout_keep_alive=60, backlog=4096)
+        )
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True, name="rllm-gateway"
+        )
         self._start_timeout_s = start_timeout_s
 
     @property
@@ -97,10 +101,20 @@ def serve(
     from rllm.gateway.app import create_app
 
     store = TraceStore(store_path, fsync=fsync)
-    upstream = build_upstream(model, upstreams, upstream_kind=upstream_kind, upstream_model=upstream_model,
-                              upstream_api_key=upstream_api_key, tool_format=tool_format, device=device,
-                              dtype=dtype, max_batch_rows=max_batch_rows, batch_wait_ms=2.0, probe=probe,
-                              weight_version=weight_version)
+    upstream = build_upstream(
+        model,
+        upstreams,
+        upstream_kind=upstream_kind,
+        upstream_model=upstream_model,
+        upstream_api_key=upstream_api_key,
+        tool_format=tool_format,
+        device=device,
+        dtype=dtype,
+        max_batch_rows=max_batch_rows,
+        batch_wait_ms=2.0,
+        probe=probe,
+        weight_version=weight_version,
+    )
     app = create_app(upstream, store, model_name=model, api_key=api_key, max_body_bytes=max_body_bytes)
     where = f"fd {fd}" if fd is not None else f"http://{host}:{port}"
     logger.info("serving %s at %s/v1 (sessions: /sessions/{id}/v1), traces in %s", model, where, store_path)
@@ -110,7 +124,9 @@ def serve(
         else:
             # socket(fileno=...) reads the family from the fd (uvicorn's own fd= assumes a Unix socket).
             sock = socket.socket(fileno=fd)
-            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=60, backlog=4096))
+            server = uvicorn.Server(
+                uvicorn.Config(app, log_level="warning", timeout_keep_alive=60, backlog=4096)
+            )
             server.run(sockets=[sock])
     finally:
         store.close()
@@ -138,30 +154,50 @@ def build_upstream(
         from rllm.gateway.http_upstream import HTTPUpstream
 
         if probe:
-            upstream_kind, upstream_model = probe_upstream(upstreams, upstream_kind=upstream_kind,
-                                                           upstream_model=upstream_model,
-                                                           upstream_api_key=upstream_api_key)
-        return HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
-                            api_key=upstream_api_key, weight_version=weight_version)
+            upstream_kind, upstream_model = probe_upstream(
+                upstreams,
+                upstream_kind=upstream_kind,
+                upstream_model=upstream_model,
+                upstream_api_key=upstream_api_key,
+            )
+        return HTTPUpstream(
+            upstreams,
+            kind=upstream_kind,
+            model=upstream_model,  # type: ignore[arg-type]
+            api_key=upstream_api_key,
+            weight_version=weight_version,
+        )
     from rllm.gateway.upstreams import LocalUpstream
     from rllm.inference.local import LocalEngine
     from rllm.models import resolve_model
 
-    engine = LocalEngine.from_pretrained(resolve_model(model), device=device, dtype=dtype,
-                                         max_batch_rows=max_batch_rows, batch_wait_ms=batch_wait_ms)
+    engine = LocalEngine.from_pretrained(
+        resolve_model(model),
+        device=device,
+        dtype=dtype,
+        max_batch_rows=max_batch_rows,
+        batch_wait_ms=batch_wait_ms,
+    )
     return LocalUpstream(engine, tool_format=tool_format)
 
 
 def probe_upstream(
-    upstreams: list[str], *, upstream_kind: str = "auto", upstream_model: str | None = None,
+    upstreams: list[str],
+    *,
+    upstream_kind: str = "auto",
+    upstream_model: str | None = None,
     upstream_api_key: str | None = None,
 ) -> tuple[str, str | None]:
     """Blocking: ask the upstream servers what they are; ``(dialect, model name)`` as detected (or as
     given). Raises :class:`~rllm.gateway.upstreams.UpstreamError` when none answers."""
     from rllm.gateway.http_upstream import HTTPUpstream
 
-    probe = HTTPUpstream(upstreams, kind=upstream_kind, model=upstream_model,  # type: ignore[arg-type]
-                         api_key=upstream_api_key)
+    probe = HTTPUpstream(
+        upstreams,
+        kind=upstream_kind,
+        model=upstream_model,  # type: ignore[arg-type]
+        api_key=upstream_api_key,
+    )
     asyncio.run(_probe(probe))
     # The server gets a fresh HTTPUpstream: the probe's aiohttp session belonged to asyncio.run's loop.
     return probe.kind, probe.model

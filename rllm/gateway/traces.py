@@ -64,9 +64,23 @@ CREATE TABLE IF NOT EXISTS sessions (
 _BUSY_TIMEOUT_S = 30.0
 
 _COLUMNS = (
-    "trace_id", "session_id", "request_id", "choice_index", "created_at", "endpoint", "request",
-    "response_text", "response_message", "prompt_token_ids", "completion_token_ids", "logprobs",
-    "finish_reason", "latency_ms", "weight_version", "trainable", "upstream",
+    "trace_id",
+    "session_id",
+    "request_id",
+    "choice_index",
+    "created_at",
+    "endpoint",
+    "request",
+    "response_text",
+    "response_message",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "logprobs",
+    "finish_reason",
+    "latency_ms",
+    "weight_version",
+    "trainable",
+    "upstream",
 )
 _JSON_COLUMNS = {"request", "response_message", "prompt_token_ids", "completion_token_ids", "logprobs"}
 
@@ -177,8 +191,9 @@ class TraceStore:
         # it instead of failing with "database is locked". Every write here is one short transaction.
         # BEGIN IMMEDIATE: a write transaction takes the write lock when it begins (waiting for it), never
         # upgrades a read snapshot that another process's commit has made stale mid-transaction.
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=_BUSY_TIMEOUT_S,
-                                     isolation_level="IMMEDIATE")
+        self._conn = sqlite3.connect(
+            self.path, check_same_thread=False, timeout=_BUSY_TIMEOUT_S, isolation_level="IMMEDIATE"
+        )
         self._conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
         self._conn.execute("PRAGMA journal_mode=WAL")
         # A committed WAL transaction is in the OS's hands: it survives the gateway being killed (kill -9, a
@@ -228,8 +243,9 @@ class TraceStore:
         if q.since is not None:
             where.append("created_at >= ?")
             args.append(q.since)
-        sql = (f"SELECT seq, {', '.join(_COLUMNS)} FROM traces WHERE {' AND '.join(where)} "
-               "ORDER BY seq LIMIT ?")
+        sql = (
+            f"SELECT seq, {', '.join(_COLUMNS)} FROM traces WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        )
         with self._lock:
             rows = self._conn.execute(sql, (*args, q.limit)).fetchall()
         return [(r[0], _from_row(r[1:])) for r in rows]
@@ -256,13 +272,19 @@ class TraceStore:
                 "SELECT created_at, sampling, metadata FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             count, first = self._conn.execute(
-                "SELECT COUNT(*), MIN(created_at) FROM traces WHERE session_id = ?", (session_id,)).fetchone()
+                "SELECT COUNT(*), MIN(created_at) FROM traces WHERE session_id = ?", (session_id,)
+            ).fetchone()
         if row is None and count == 0:
             return None
         if row is None:
             return SessionInfo(session_id=session_id, created_at=first, num_traces=count)
-        return SessionInfo(session_id=session_id, created_at=row[0], sampling=json.loads(row[1]),
-                           metadata=json.loads(row[2]), num_traces=count)
+        return SessionInfo(
+            session_id=session_id,
+            created_at=row[0],
+            sampling=json.loads(row[1]),
+            metadata=json.loads(row[2]),
+            num_traces=count,
+        )
 
     def sessions(self) -> list[str]:
         """Every session id, created or with at least one trace, in order of first appearance."""

@@ -113,8 +113,11 @@ class LocalUpstream:
 
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
         if request.tool_choice not in (None, "none", "auto"):
-            raise UpstreamError(400, f"tool_choice {request.tool_choice!r} would force a tool call, which the local "
-                                     "engine cannot do (it samples freely): send tool_choice 'auto' or 'none'")
+            raise UpstreamError(
+                400,
+                f"tool_choice {request.tool_choice!r} would force a tool call, which the local "
+                "engine cannot do (it samples freely): send tool_choice 'auto' or 'none'",
+            )
         if request.endpoint == "chat.completions":
             assert request.messages is not None
             try:
@@ -136,33 +139,49 @@ class LocalUpstream:
         context = self.context_length
         if context is not None and not request.max_tokens_given and len(prompt_ids) < context:
             fits = min(request.params.max_tokens, context - len(prompt_ids))
-            request = request.model_copy(update={"params": request.params.model_copy(update={"max_tokens": fits})})
+            request = request.model_copy(
+                update={"params": request.params.model_copy(update={"max_tokens": fits})}
+            )
         if context is not None and len(prompt_ids) + request.params.max_tokens > context:
             raise UpstreamError(
-                400, f"this model's maximum context length is {context} tokens; the prompt has {len(prompt_ids)} "
-                f"and max_tokens asks for {request.params.max_tokens} more: shorten the prompt or lower max_tokens")
+                400,
+                f"this model's maximum context length is {context} tokens; the prompt has {len(prompt_ids)} "
+                f"and max_tokens asks for {request.params.max_tokens} more: shorten the prompt or lower max_tokens",
+            )
         completions = await self.engine.generate(prompt_ids, request.params)
-        parse = request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
+        parse = (
+            request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
+        )
         choices = []
         for c in completions:
             choice = UpstreamChoice(
-                text=c.text, finish_reason=c.finish_reason, completion_ids=c.completion_ids,
+                text=c.text,
+                finish_reason=c.finish_reason,
+                completion_ids=c.completion_ids,
                 logprobs=c.logprobs,
-                token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids] if request.logprobs else None,
+                token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids]
+                if request.logprobs
+                else None,
             )
             if parse:
                 parsed = self.tool_parser.parse(c.text)
                 if parsed.tool_calls and not parsed.errors:
                     choice.text = parsed.content or ""
                     choice.tool_calls = [
-                        {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                        {
+                            "id": tc.id,
+                            "type": "function",
+                            "function": {"name": tc.name, "arguments": tc.arguments},
+                        }
                         for tc in parsed.tool_calls
                     ]
                     if c.finish_reason == "stop":
                         choice.finish_reason = "tool_calls"
             choices.append(choice)
         version = completions[0].weight_version if completions else self.engine.weight_version
-        return UpstreamResult(prompt_ids=prompt_ids, choices=choices, weight_version=version, upstream=self.name)
+        return UpstreamResult(
+            prompt_ids=prompt_ids, choices=choices, weight_version=version, upstream=self.name
+        )
 
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "upstream": self.name, "weight_version": self.engine.weight_version}

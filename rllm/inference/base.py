@@ -69,6 +69,8 @@ class InferenceEngine(Protocol):
         ``session_id=``: the episode id, so an episode's calls stick to one server and are traced together."""
         ...
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
         """Render chat messages to prompt token ids, ending with the assistant generation prompt."""
         ...

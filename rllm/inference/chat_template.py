@@ -97,7 +97,9 @@ class ChatRenderer:
     # --- public rendering ------------------------------------------------------------------------
 
     def render_text(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
         add_generation_prompt: bool = True,
     ) -> str:
         """The prompt as text (for reading and debugging; the model is fed ``render_ids``)."""
@@ -105,7 +107,9 @@ class ChatRenderer:
         return self._apply(prepared, native_tools, add_generation_prompt, tokenize=False)
 
     def render_ids(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
         add_generation_prompt: bool = True,
     ) -> list[int]:
         """The prompt token ids, as ``tokenizer.apply_chat_template(..., tokenize=True)`` makes them."""
@@ -123,13 +127,21 @@ class ChatRenderer:
     # --- internals -------------------------------------------------------------------------------
 
     def _apply(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool,
-        *, tokenize: bool,
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        *,
+        tokenize: bool,
     ) -> Any:
         try:
             out = self.tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=tokenize,
-                return_dict=False, **self._template_kwargs,
+                messages,
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=tokenize,
+                return_dict=False,
+                **self._template_kwargs,
             )
         except Exception as err:  # jinja2 errors, and whatever a template's raise_exception raises
             raise TemplateRenderError(f"the chat template could not render these messages: {err}") from err
@@ -183,8 +195,11 @@ class ChatRenderer:
             # HF templates expect arguments as a dict (they ``tojson`` it); OpenAI sends JSON text.
             calls = tool_calls_from_openai(message["tool_calls"])
             out["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": _as_json(c.arguments)}}
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": _as_json(c.arguments)},
+                }
                 for c in calls
             ]
         return out
@@ -249,7 +264,9 @@ _CALC_TOOL = {
         "name": "calculate",
         "description": "Evaluate an arithmetic expression.",
         "parameters": {
-            "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"],
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
         },
     },
 }
@@ -278,15 +295,23 @@ CHECK_CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] 
     "tool calls": (
         [
             {"role": "user", "content": "What's the weather in Paris and in Tōkyō?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                _call("call_1", "get_weather", {"city": "Paris"}),
-                _call("call_2", "get_weather", {"city": "Tōkyō"}),
-            ]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    _call("call_1", "get_weather", {"city": "Paris"}),
+                    _call("call_2", "get_weather", {"city": "Tōkyō"}),
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 18, "sky": "sunny"}'},
             {"role": "tool", "tool_call_id": "call_2", "content": '{"temp_c": 24, "sky": "rain"}'},
-            {"role": "assistant", "content": "Paris: 18 °C. Let me convert Tōkyō to °F.", "tool_calls": [
-                _call("call_3", "calculate", {"expression": "24 * 9 / 5 + 32"}),
-            ]},
+            {
+                "role": "assistant",
+                "content": "Paris: 18 °C. Let me convert Tōkyō to °F.",
+                "tool_calls": [
+                    _call("call_3", "calculate", {"expression": "24 * 9 / 5 + 32"}),
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_3", "content": "75.2"},
             {"role": "assistant", "content": "Paris is sunny at 18 °C; Tōkyō is rainy at 75.2 °F."},
             {"role": "user", "content": "Thanks!"},
@@ -297,9 +322,13 @@ CHECK_CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] 
         [
             {"role": "system", "content": "You answer with tools when you can."},
             {"role": "user", "content": "What is 17 * 23?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                _call("call_1", "calculate", {"expression": "17 * 23"}),
-            ]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    _call("call_1", "calculate", {"expression": "17 * 23"}),
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": "391"},
             {"role": "assistant", "content": "17 * 23 = 391."},
             {"role": "user", "content": "And 391 / 17?"},
@@ -308,16 +337,31 @@ CHECK_CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] 
     ),
     "whitespace in content": (
         _chat(
-            "Say something.", " one leading space", "Again.", "  two leading spaces", "Again.",
-            "\none leading newline", "Again.", "\n\ntwo leading newlines", "Again.", "a trailing space ",
-            "Again.", "a trailing newline\n", "Again.", "inner\n\n  blank line  ", "Done.",
+            "Say something.",
+            " one leading space",
+            "Again.",
+            "  two leading spaces",
+            "Again.",
+            "\none leading newline",
+            "Again.",
+            "\n\ntwo leading newlines",
+            "Again.",
+            "a trailing space ",
+            "Again.",
+            "a trailing newline\n",
+            "Again.",
+            "inner\n\n  blank line  ",
+            "Done.",
         ),
         None,
     ),
     "unicode": (
         _chat(
-            "Say hello in many scripts.", "héllo wörld — 世界 🙂 ∑x² naïve café", "Thanks.",
-            "Ça va ! ¿Qué tal?", "Ok.",
+            "Say hello in many scripts.",
+            "héllo wörld — 世界 🙂 ∑x² naïve café",
+            "Thanks.",
+            "Ça va ! ¿Qué tal?",
+            "Ok.",
         ),
         None,
     ),
@@ -365,7 +409,8 @@ class TemplateReport(BaseModel):
     def format(self) -> str:
         """A human-readable summary: how tools are rendered, one line per turn, details for failures."""
         tools = (
-            "rendered by the template itself" if self.supports_tools
+            "rendered by the template itself"
+            if self.supports_tools
             else f"ignored by the template; rllm injects {self.tool_format} tool text into the system prompt"
         )
         role = "role 'tool'" if self.tool_role_renders else "user messages (the template drops role 'tool')"
@@ -419,7 +464,10 @@ def _shorten(text: str, limit: int = 48) -> str:
 
 
 def check_template(
-    tokenizer: Any, tool_format: str = "hermes", *, eos_token_id: int | None = None,
+    tokenizer: Any,
+    tool_format: str = "hermes",
+    *,
+    eos_token_id: int | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
 ) -> TemplateReport:
     """Check every assistant turn of ``CHECK_CONVERSATIONS`` for template drift.
@@ -455,13 +503,15 @@ def check_template(
             sampled = prompt + tokenizer.encode(text, add_special_tokens=False) + [eos]
             pos = _first_difference(sampled, following)
             if pos is not None:
-                case = case.model_copy(update={
-                    "ok": False,
-                    "position": pos,
-                    "tokens_before_completion": len(prompt) - pos,
-                    "context": tokenizer.decode(sampled[max(0, pos - _CONTEXT_TOKENS):pos]),
-                    "sampled": [tokenizer.decode([t]) for t in sampled[pos:pos + _CONTEXT_TOKENS]],
-                    "rerendered": [tokenizer.decode([t]) for t in following[pos:pos + _CONTEXT_TOKENS]],
-                })
+                case = case.model_copy(
+                    update={
+                        "ok": False,
+                        "position": pos,
+                        "tokens_before_completion": len(prompt) - pos,
+                        "context": tokenizer.decode(sampled[max(0, pos - _CONTEXT_TOKENS) : pos]),
+                        "sampled": [tokenizer.decode([t]) for t in sampled[pos : pos + _CONTEXT_TOKENS]],
+                        "rerendered": [tokenizer.decode([t]) for t in following[pos : pos + _CONTEXT_TOKENS]],
+                    }
+                )
             report.cases.append(case)
     return report

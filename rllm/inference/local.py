@@ -45,8 +45,14 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
     try:
-        return {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
-                "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}[dtype]
+        return {
+            "bfloat16": torch.bfloat16,
+            "bf16": torch.bfloat16,
+            "float16": torch.float16,
+            "fp16": torch.float16,
+            "float32": torch.float32,
+            "fp32": torch.float32,
+        }[dtype]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}: use auto, bfloat16, float16 or float32") from None
 
@@ -122,7 +128,9 @@ class LocalEngine:
         return cls(model, tokenizer, **kwargs)
 
     # ------------------------------------------------------------------ public API
-    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
         """Prompt ids for OpenAI-format ``messages`` (+ ``tools``), rendered as the gateway renders them: tool
         calls, tool results and a tool list the template ignores become Hermes text (see ``ChatRenderer``)."""
         if self._renderer is None:
@@ -162,7 +170,9 @@ class LocalEngine:
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
         return asyncio.run(self.generate(prompt_ids, params))
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
+    def load_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None
+    ) -> None:
         """Copy new weights in (names as in ``model.state_dict()``); waits for a running batch to end."""
         params = dict(self.model.named_parameters())
         buffers = dict(self.model.named_buffers())
@@ -244,8 +254,12 @@ class LocalEngine:
         active = list(range(len(rows)))  # row index for each batch position
         cache = DynamicCache()
         out = self.model(
-            input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
+            input_ids=input_ids,
+            attention_mask=attn,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         logits = out.logits[:, -1, :]
         next_pos = position_ids[:, -1:] + 1
@@ -277,8 +291,11 @@ class LocalEngine:
                 active = [active[p] for p in keep]
             attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
             out = self.model(
-                input_ids=tokens.unsqueeze(1), attention_mask=attn, position_ids=next_pos,
-                past_key_values=cache, use_cache=True,
+                input_ids=tokens.unsqueeze(1),
+                attention_mask=attn,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
             )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1

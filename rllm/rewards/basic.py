@@ -49,4 +49,6 @@ def number_reward(task: dict[str, Any], response: str) -> RewardResult:
     if "ground_truth" not in task:
         raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
     correct = single_number_match(response, task["ground_truth"])
-    return RewardResult(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})
+    return RewardResult(
+        reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)}
+    )

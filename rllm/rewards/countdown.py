@@ -133,8 +133,13 @@ def _parse_equation(equation: str) -> tuple[ast.expr, list[int], Fraction | None
 
 def _countdown_truth(task: dict[str, Any]) -> tuple[int, list[int]]:
     truth = task.get("ground_truth")
-    ok = (isinstance(truth, dict) and type(truth.get("target")) is int and isinstance(truth.get("numbers"), list)
-          and truth["numbers"] and all(type(n) is int and n >= 0 for n in truth["numbers"]))
+    ok = (
+        isinstance(truth, dict)
+        and type(truth.get("target")) is int
+        and isinstance(truth.get("numbers"), list)
+        and truth["numbers"]
+        and all(type(n) is int and n >= 0 for n in truth["numbers"])
+    )
     if not ok:
         raise ValueError(
             f"task {task.get('task_id', '?')!r}: countdown ground_truth must be "
@@ -205,8 +210,12 @@ countdown_reward = make_countdown_reward()
 
 def _combine(a: tuple[Fraction, str], b: tuple[Fraction, str]) -> list[tuple[Fraction, str]]:
     (x, ex), (y, ey) = a, b
-    out = [(x + y, f"({ex} + {ey})"), (x * y, f"({ex} * {ey})"), (x - y, f"({ex} - {ey})"),
-           (y - x, f"({ey} - {ex})")]
+    out = [
+        (x + y, f"({ex} + {ey})"),
+        (x * y, f"({ex} * {ey})"),
+        (x - y, f"({ex} - {ey})"),
+        (y - x, f"({ey} - {ex})"),
+    ]
     if y != 0:
         out.append((x / y, f"({ex} / {ey})"))
     if x != 0:
@@ -236,7 +245,7 @@ def solve_countdown(numbers: list[int], target: int) -> str | None:
         seen.add(key)
         for i in range(len(items)):
             for j in range(i + 1, len(items)):
-                rest = items[:i] + items[i + 1:j] + items[j + 1:]
+                rest = items[:i] + items[i + 1 : j] + items[j + 1 :]
                 for combined in _combine(items[i], items[j]):
                     found = search([*rest, combined])
                     if found is not None:

@@ -59,7 +59,9 @@ Explain your decision in at most three sentences. Then write the verdict on the 
 "VERDICT: CORRECT" or "VERDICT: INCORRECT"."""
 
 _FIELDS = {"question", "reference", "response"}
-_VERDICT_LINE = re.compile(r"[*_\s]*verdict[*_\s]*:[*_\s]*(correct|incorrect)[*_\s]*(?:\.[*_\s]*)?", re.IGNORECASE)
+_VERDICT_LINE = re.compile(
+    r"[*_\s]*verdict[*_\s]*:[*_\s]*(correct|incorrect)[*_\s]*(?:\.[*_\s]*)?", re.IGNORECASE
+)
 _MAX_REPLY_CHARS_IN_INFO = 2000
 
 
@@ -87,16 +89,23 @@ class _JudgeSettings:
     max_tokens: int | None
 
     def client_kwargs(self) -> dict[str, Any]:
-        return {"base_url": self.base_url, "api_key": self.api_key, "timeout": self.timeout_s,
-                "max_retries": self.max_retries}
+        return {
+            "base_url": self.base_url,
+            "api_key": self.api_key,
+            "timeout": self.timeout_s,
+            "max_retries": self.max_retries,
+        }
 
     def request(self, task: dict[str, Any], answer: str) -> dict[str, Any]:
         """The chat-completions arguments asking the judge about ``answer``."""
         prompt = self.prompt_template.format(
             question=_question(task), reference=_reference(task), response=answer
         )
-        kwargs: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                                  "temperature": self.temperature}
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": self.temperature,
+        }
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
         return kwargs
@@ -126,8 +135,14 @@ def _reference(task: dict[str, Any]) -> str:
 
 
 def _settings(
-    base_url: str, model: str, api_key: str | None, prompt_template: str, timeout_s: float, max_retries: int,
-    temperature: float, max_tokens: int | None,
+    base_url: str,
+    model: str,
+    api_key: str | None,
+    prompt_template: str,
+    timeout_s: float,
+    max_retries: int,
+    temperature: float,
+    max_tokens: int | None,
 ) -> _JudgeSettings:
     fields = {name for _, name, _, _ in string.Formatter().parse(prompt_template) if name is not None}
     if fields != _FIELDS:
@@ -139,7 +154,9 @@ def _settings(
         raise ValueError(f"need timeout_s > 0 and max_retries >= 0, got {timeout_s} and {max_retries}")
     # Like the openai client: the environment's key when none is given; local servers accept any key.
     key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or "EMPTY"
-    return _JudgeSettings(base_url, model, key, prompt_template, timeout_s, max_retries, temperature, max_tokens)
+    return _JudgeSettings(
+        base_url, model, key, prompt_template, timeout_s, max_retries, temperature, max_tokens
+    )
 
 
 def _precheck(task: dict[str, Any], response: str) -> tuple[str | None, RewardResult | None]:
@@ -168,7 +185,9 @@ def _from_completion(completion: Any) -> RewardResult:
 
 
 def _from_error(error: openai.OpenAIError) -> RewardResult:
-    return RewardResult(0.0, False, {"reason": "judge_error", "error": f"{type(error).__name__}: {error}"[:500]})
+    return RewardResult(
+        0.0, False, {"reason": "judge_error", "error": f"{type(error).__name__}: {error}"[:500]}
+    )
 
 
 def make_llm_judge_reward(
@@ -190,8 +209,9 @@ def make_llm_judge_reward(
     (connection errors, timeouts, HTTP 408/409/429/5xx) are retried ``max_retries`` times with the openai
     client's backoff, which honours ``Retry-After``. ``api_key=None`` uses ``OPENAI_API_KEY`` if set.
     """
-    settings = _settings(base_url, model, api_key, prompt_template, timeout_s, max_retries, temperature,
-                         max_tokens)
+    settings = _settings(
+        base_url, model, api_key, prompt_template, timeout_s, max_retries, temperature, max_tokens
+    )
     client = openai.OpenAI(**settings.client_kwargs())
 
     def llm_judge_reward(task: dict[str, Any], response: str) -> RewardResult:

@@ -57,7 +57,7 @@ def extract_answer(text: str) -> str:
         answer = last.group("answer").strip(" \t*_:")
         if answer:
             return answer
-        rest = [line.strip() for line in text[last.end():].splitlines() if line.strip()]
+        rest = [line.strip() for line in text[last.end() :].splitlines() if line.strip()]
         return rest[0] if rest else ""
     nonempty = [line.strip() for line in text.splitlines() if line.strip()]
     return nonempty[-1] if nonempty else ""
@@ -240,8 +240,11 @@ def _choices(task: dict[str, Any]) -> list[str] | None:
     choices = metadata.get("choices") if isinstance(metadata, dict) else None
     if choices is None:
         return None
-    if (not isinstance(choices, (list, tuple)) or not 2 <= len(choices) <= len(LETTERS)
-            or not all(isinstance(c, str) for c in choices)):
+    if (
+        not isinstance(choices, (list, tuple))
+        or not 2 <= len(choices) <= len(LETTERS)
+        or not all(isinstance(c, str) for c in choices)
+    ):
         raise ValueError(
             f"task {_task_id(task)}: metadata.choices must list 2 to {len(LETTERS)} option strings, got {choices!r}"
         )
@@ -286,7 +289,9 @@ def multiple_choice_reward(task: dict[str, Any], response: str) -> RewardResult:
     expected = _expected_letter(task, choices)
     text = strip_thinking(response)
     if text is None:
-        return RewardResult(reward=0.0, is_correct=False, info={"expected": expected, "reason": "unclosed_think"})
+        return RewardResult(
+            reward=0.0, is_correct=False, info={"expected": expected, "reason": "unclosed_think"}
+        )
     letter, reason = extract_choice(text)
     if letter is None and reason == "no_choice" and choices:
         answer = normalize_answer(extract_answer(text))

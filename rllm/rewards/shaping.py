@@ -29,7 +29,11 @@ def _adjust(traj: Trajectory, delta: float) -> None:
 
 
 def format_bonus(
-    check: str | Callable[[str], bool], *, bonus: float = 0.1, penalty: float = 0.0, roles: set[str] | None = None,
+    check: str | Callable[[str], bool],
+    *,
+    bonus: float = 0.1,
+    penalty: float = 0.0,
+    roles: set[str] | None = None,
 ) -> Shaper:
     """Add ``bonus`` to a trajectory whose every response matches ``check``, else add ``-penalty``.
 
@@ -61,7 +65,9 @@ def format_bonus(
     return shape
 
 
-def overlong_penalty(*, max_tokens: int, buffer: int, coef: float = 1.0, roles: set[str] | None = None) -> Shaper:
+def overlong_penalty(
+    *, max_tokens: int, buffer: int, coef: float = 1.0, roles: set[str] | None = None
+) -> Shaper:
     """DAPO's soft overlong punishment (Yu et al. 2025), per response.
 
     A response of ``L`` generated tokens loses nothing while ``L <= max_tokens - buffer``, then
@@ -69,7 +75,9 @@ def overlong_penalty(*, max_tokens: int, buffer: int, coef: float = 1.0, roles: 
     trajectory gets the mean over its responses. Metric: ``shaping/overlong_penalty`` (mean subtracted).
     """
     if not 0 < buffer <= max_tokens:
-        raise ValueError(f"overlong_penalty needs 0 < buffer <= max_tokens, got buffer={buffer}, max_tokens={max_tokens}")
+        raise ValueError(
+            f"overlong_penalty needs 0 < buffer <= max_tokens, got buffer={buffer}, max_tokens={max_tokens}"
+        )
     start = max_tokens - buffer
 
     def shape(episode: Episode) -> dict[str, float]:

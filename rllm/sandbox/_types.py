@@ -58,10 +58,12 @@ class Limits:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
         if self.memory_mb < 32:
             raise ValueError(
-                f"memory_mb must be at least 32 (the interpreter needs about 20 MB), got {self.memory_mb}")
+                f"memory_mb must be at least 32 (the interpreter needs about 20 MB), got {self.memory_mb}"
+            )
         if self.max_processes < 1:
             raise ValueError(
-                f"max_processes must be at least 1 (the program itself), got {self.max_processes}")
+                f"max_processes must be at least 1 (the program itself), got {self.max_processes}"
+            )
         if self.max_output_bytes <= 0:
             raise ValueError(f"max_output_bytes must be positive, got {self.max_output_bytes}")
 
@@ -81,8 +83,12 @@ class Limits:
         """The launcher's argument: ``NAME:soft:hard`` items, kept under the hard limits we inherited (an
         unprivileged process cannot raise those)."""
         memory = self.memory_mb * MiB
-        wanted = [("AS", memory, memory), ("CPU", self.cpu_s, self.cpu_s + 1),
-                  ("FSIZE", self.file_bytes, self.file_bytes), ("CORE", 0, 0)]
+        wanted = [
+            ("AS", memory, memory),
+            ("CPU", self.cpu_s, self.cpu_s + 1),
+            ("FSIZE", self.file_bytes, self.file_bytes),
+            ("CORE", 0, 0),
+        ]
         if nproc is not None:
             wanted.append(("NPROC", nproc, nproc))
         items = []

@@ -46,16 +46,24 @@ class AgentConfig(BaseModel):
         shared by every episode of the process (a new ``openai.OpenAI()`` costs ~35 ms of TLS setup)."""
         import openai
 
-        return openai.OpenAI(base_url=self.role_url(role) if role else self.base_url, api_key=self.api_key,
-                             max_retries=0, http_client=_shared_http())
+        return openai.OpenAI(
+            base_url=self.role_url(role) if role else self.base_url,
+            api_key=self.api_key,
+            max_retries=0,
+            http_client=_shared_http(),
+        )
 
     def async_client(self, role: str | None = None) -> Any:
         """An ``openai.AsyncOpenAI`` client for this session (or a role's), sharing one connection pool per
         event loop. Closing it is harmless."""
         import openai
 
-        return openai.AsyncOpenAI(base_url=self.role_url(role) if role else self.base_url, api_key=self.api_key,
-                                  max_retries=0, http_client=_shared_async_http())
+        return openai.AsyncOpenAI(
+            base_url=self.role_url(role) if role else self.base_url,
+            api_key=self.api_key,
+            max_retries=0,
+            http_client=_shared_async_http(),
+        )
 
 
 class _SharedClient(httpx.Client):

@@ -58,8 +58,11 @@ class GatewayWorkflow:
         embedded one). Sessions are then opened and traces read in the store directly, two HTTP round trips
         per episode fewer; the agent's calls still go over HTTP, as with any gateway."""
         self.flow = flow if isinstance(flow, Rollout) else rollout(flow)
-        self.evaluator = None if evaluator_fn is None else (
-            evaluator_fn if isinstance(evaluator_fn, Evaluator) else evaluator(evaluator_fn))
+        self.evaluator = (
+            None
+            if evaluator_fn is None
+            else (evaluator_fn if isinstance(evaluator_fn, Evaluator) else evaluator(evaluator_fn))
+        )
         urls = [gateway_url] if isinstance(gateway_url, str) else list(gateway_url)
         if not urls:
             raise ValueError("GatewayWorkflow needs a gateway URL (gateway_url=...)")
@@ -94,23 +97,35 @@ class GatewayWorkflow:
             await asyncio.to_thread(self.store.create_session, info)
             return
         r = await self._client(self.url_for(session_id)).post(
-            "/sessions", json={"session_id": session_id, "sampling": sampling, "metadata": metadata})
+            "/sessions", json={"session_id": session_id, "sampling": sampling, "metadata": metadata}
+        )
         if r.status_code != 201:
-            raise RuntimeError(f"the gateway refused to open session {session_id}: {r.status_code} {r.text[:300]}")
+            raise RuntimeError(
+                f"the gateway refused to open session {session_id}: {r.status_code} {r.text[:300]}"
+            )
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         session_id = ctx.episode_id
-        sampling = {k: v for k, v in ctx.sampling.model_dump().items()
-                    if k in OVERRIDABLE_SAMPLING and v not in (None, [])}
+        sampling = {
+            k: v
+            for k, v in ctx.sampling.model_dump().items()
+            if k in OVERRIDABLE_SAMPLING and v not in (None, [])
+        }
         await self.open_session(session_id, sampling, {"task_id": ctx.task_id})
         gateway_url = self.url_for(session_id)
         config = AgentConfig(
-            base_url=f"{gateway_url}/sessions/{session_id}/v1", model=self.model, session_id=session_id,
-            gateway_url=gateway_url, api_key=self.api_key or "EMPTY", sampling=sampling,
+            base_url=f"{gateway_url}/sessions/{session_id}/v1",
+            model=self.model,
+            session_id=session_id,
+            gateway_url=gateway_url,
+            api_key=self.api_key or "EMPTY",
+            sampling=sampling,
         )
         output = await self.flow.run(task, config)
         traces = await self.read_traces(session_id)
-        trajectories, metrics = traces_to_trajectories(traces, root_session=session_id, merge=self.merge_turns)
+        trajectories, metrics = traces_to_trajectories(
+            traces, root_session=session_id, merge=self.merge_turns
+        )
         # A flow may label its own roles by returning the trajectories (or an Episode) it built, e.g. from
         # traces_to_trajectories over its sessions: those are trained on instead of the default grouping.
         own = output.trajectories if isinstance(output, Episode) else output
@@ -124,8 +139,10 @@ class GatewayWorkflow:
         if self.evaluator is not None:
             result = await self.evaluator.score(task, episode)
         elif output is None:
-            raise ValueError(f"rollout {self.flow.name} returned nothing and there is no evaluator: return a reward "
-                             "from the flow or pass an @rllm.evaluator")
+            raise ValueError(
+                f"rollout {self.flow.name} returned nothing and there is no evaluator: return a reward "
+                "from the flow or pass an @rllm.evaluator"
+            )
         else:
             result = as_eval_result(output)
         return _outcome(result, metrics, output)
@@ -133,13 +150,16 @@ class GatewayWorkflow:
     async def read_traces(self, session_id: str) -> list[Trace]:
         """The traces of ``session_id`` and its role sub-sessions, in call order."""
         if self.store is not None:
-            rows = await asyncio.to_thread(self.store.query, TraceQuery(session_prefix=session_id, limit=10_000))
+            rows = await asyncio.to_thread(
+                self.store.query, TraceQuery(session_prefix=session_id, limit=10_000)
+            )
             return [t for _, t in rows if _in_episode(t, session_id)]
         traces, after = [], 0
         client = self._client(self.url_for(session_id))
         while True:
-            r = await client.get("/traces", params={"session_prefix": session_id, "after_seq": after,
-                                                            "limit": 1000})
+            r = await client.get(
+                "/traces", params={"session_prefix": session_id, "after_seq": after, "limit": 1000}
+            )
             r.raise_for_status()
             data = r.json()
             page = data["traces"]
@@ -166,6 +186,10 @@ def _outcome(result: EvalResult, metrics: dict[str, float], output: Any) -> Outc
     except (TypeError, ValueError):
         output = repr(output)
     return Outcome(
-        reward=result.reward, is_correct=result.is_correct, trajectory_rewards=dict(result.role_rewards),
-        termination_reason=TerminationReason.ENV_DONE, metrics=out_metrics, info={"output": output, **result.info},
+        reward=result.reward,
+        is_correct=result.is_correct,
+        trajectory_rewards=dict(result.role_rewards),
+        termination_reason=TerminationReason.ENV_DONE,
+        metrics=out_metrics,
+        info={"output": output, **result.info},
     )

@@ -10,5 +10,12 @@ from rllm.store.records import sample_episodes
 from rllm.store.schema import StoreError
 from rllm.store.writer import RunWriter, default_store_path
 
-__all__ = ["EpisodeQuery", "NotFound", "RunWriter", "StoreError", "StoreReader", "default_store_path",
-           "sample_episodes"]
+__all__ = [
+    "EpisodeQuery",
+    "NotFound",
+    "RunWriter",
+    "StoreError",
+    "StoreReader",
+    "default_store_path",
+    "sample_episodes",
+]

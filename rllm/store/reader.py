@@ -25,7 +25,9 @@ from rllm.store.schema import connect_reader, empty_store
 STALE_AFTER_S = 60.0
 """A run still marked running whose heartbeat is older than this reads as "crashed"."""
 
-_RUN_COLUMNS = "seq, id, name, kind, status, started_at, ended_at, heartbeat_at, last_step, model, task, latest, error"
+_RUN_COLUMNS = (
+    "seq, id, name, kind, status, started_at, ended_at, heartbeat_at, last_step, model, task, latest, error"
+)
 
 
 class NotFound(KeyError):
@@ -76,18 +78,28 @@ class StoreReader:
     def runs(self) -> list[dict[str, Any]]:
         """Every run, newest first."""
         with self._read() as conn:
-            rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY started_at DESC, seq DESC").fetchall()
+            rows = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY started_at DESC, seq DESC"
+            ).fetchall()
         return [self._run_dict(r) for r in rows]
 
     def run(self, run_id: str) -> dict[str, Any]:
         """One run with its config snapshot, code version, summary and metric names."""
         with self._read() as conn:
             row = _run_row(conn, run_id, f"{_RUN_COLUMNS}, config, code_version, summary")
-            keys = [k for (k,) in conn.execute(
-                "SELECT name FROM metric_keys WHERE run = ? ORDER BY name", (row[0],))]
+            keys = [
+                k
+                for (k,) in conn.execute(
+                    "SELECT name FROM metric_keys WHERE run = ? ORDER BY name", (row[0],)
+                )
+            ]
         out = self._run_dict(row[:13])
-        out.update(config=json.loads(row[13]), code_version=row[14],
-                   summary=None if row[15] is None else json.loads(row[15]), metric_keys=keys)
+        out.update(
+            config=json.loads(row[13]),
+            code_version=row[14],
+            summary=None if row[15] is None else json.loads(row[15]),
+            metric_keys=keys,
+        )
         return out
 
     def status(self, run_id: str) -> str:
@@ -106,22 +118,37 @@ class StoreReader:
 
     def _run_dict(self, r: tuple[Any, ...]) -> dict[str, Any]:
         return {
-            "id": r[1], "name": r[2], "kind": r[3], "status": self._status(r[4], r[7]), "started_at": r[5],
-            "ended_at": r[6], "heartbeat_at": r[7], "step": r[8], "model": r[9], "task": r[10],
-            "metrics": json.loads(r[11]), "error": r[12],
+            "id": r[1],
+            "name": r[2],
+            "kind": r[3],
+            "status": self._status(r[4], r[7]),
+            "started_at": r[5],
+            "ended_at": r[6],
+            "heartbeat_at": r[7],
+            "step": r[8],
+            "model": r[9],
+            "task": r[10],
+            "metrics": json.loads(r[11]),
+            "error": r[12],
         }
 
     # ------------------------------------------------------------------ metrics
-    def metrics(self, run_id: str, keys: list[str] | None = None, after_step: int | None = None,
-                max_points: int | None = None) -> dict[str, Any]:
+    def metrics(
+        self,
+        run_id: str,
+        keys: list[str] | None = None,
+        after_step: int | None = None,
+        max_points: int | None = None,
+    ) -> dict[str, Any]:
         """``{"series": {key: [[step, value], ...]}, "last_step"}``: the points of ``keys`` (all when None)
         with step > ``after_step``. A series longer than ``max_points`` is thinned to every n-th point
         (its last point always kept); ``last_step`` is the largest step returned (or ``after_step``)."""
         after = -(2**62) if after_step is None else after_step
         with self._read() as conn:
             seq = _run_row(conn, run_id, "seq")[0]
-            named = conn.execute("SELECT name, key_id FROM metric_keys WHERE run = ? ORDER BY name",
-                                 (seq,)).fetchall()
+            named = conn.execute(
+                "SELECT name, key_id FROM metric_keys WHERE run = ? ORDER BY name", (seq,)
+            ).fetchall()
             wanted = named if keys is None else [(n, k) for n, k in named if n in set(keys)]
             series: dict[str, list[list[Any]]] = {}
             last = after_step
@@ -137,8 +164,12 @@ class StoreReader:
         """The training steps that have stored episodes, ascending."""
         with self._read() as conn:
             seq = _run_row(conn, run_id, "seq")[0]
-            return [s for (s,) in conn.execute(
-                "SELECT DISTINCT step FROM episodes WHERE run = ? ORDER BY step", (seq,))]
+            return [
+                s
+                for (s,) in conn.execute(
+                    "SELECT DISTINCT step FROM episodes WHERE run = ? ORDER BY step", (seq,)
+                )
+            ]
 
     def episodes(self, run_id: str, query: EpisodeQuery) -> dict[str, Any]:
         """``{"episodes": [...], "total"}``: a page of the run's stored episodes matching ``query``, newest
@@ -178,21 +209,34 @@ class StoreReader:
                 "SELECT id, step, task_id, reward, is_correct, termination_reason, error, roles, n_steps, preview "
                 f"FROM episodes WHERE seq IN (SELECT e.seq FROM episodes e WHERE {cond} "
                 "ORDER BY e.step DESC, e.seq DESC LIMIT ? OFFSET ?) ORDER BY step DESC, seq DESC",
-                (*args, query.limit, query.offset)).fetchall()
+                (*args, query.limit, query.offset),
+            ).fetchall()
         return {"episodes": [_episode_summary(r) for r in rows], "total": total}
 
     def episode(self, episode_id: str) -> dict[str, Any]:
         """One episode with its task, info and trajectories (steps with messages, response, reward,
         advantage)."""
         with self._read() as conn:
-            row = _episode_row(conn, episode_id, "r.id, e.id, e.step, e.task_id, e.reward, e.is_correct, "
-                               "e.termination_reason, e.error, "
-                               "(SELECT detail FROM episode_details d WHERE d.episode = e.seq)")
+            row = _episode_row(
+                conn,
+                episode_id,
+                "r.id, e.id, e.step, e.task_id, e.reward, e.is_correct, "
+                "e.termination_reason, e.error, "
+                "(SELECT detail FROM episode_details d WHERE d.episode = e.seq)",
+            )
         detail = json.loads(row[8])
         return {
-            "id": row[1], "run_id": row[0], "step": row[2], "task_id": row[3], "task": detail["task"],
-            "reward": row[4], "is_correct": None if row[5] is None else bool(row[5]), "termination_reason": row[6],
-            "error": row[7], "info": detail["info"], "metrics": detail.get("metrics", {}),
+            "id": row[1],
+            "run_id": row[0],
+            "step": row[2],
+            "task_id": row[3],
+            "task": detail["task"],
+            "reward": row[4],
+            "is_correct": None if row[5] is None else bool(row[5]),
+            "termination_reason": row[6],
+            "error": row[7],
+            "info": detail["info"],
+            "metrics": detail.get("metrics", {}),
             "trajectories": detail["trajectories"],
         }
 
@@ -204,22 +248,44 @@ class StoreReader:
             run_seq, seq = _episode_row(conn, episode_id, "e.run, e.seq")
             row = conn.execute(
                 "SELECT prompt_ids, response_ids, logprobs, trainer_logprobs, mask, advantage, drift_at "
-                "FROM episode_steps WHERE episode = ? AND trajectory = ? AND step = ?", (seq, trajectory, step),
+                "FROM episode_steps WHERE episode = ? AND trajectory = ? AND step = ?",
+                (seq, trajectory, step),
             ).fetchone()
             if row is None:
                 raise NotFound(f"episode {episode_id!r} has no trajectory {trajectory} step {step}")
             prompt, response = unpack_ids(row[0]), unpack_ids(row[1])
             texts = _token_texts(conn, run_seq, set(prompt) | set(response))
-        logprobs, trainer, mask, advantage = unpack_floats(row[2]), unpack_floats(row[3]), list(row[4]), row[5]
-        tokens = [{"id": t, "text": texts.get(t, ""), "logprob": None, "trainer_logprob": None, "advantage": None,
-                   "mask": 0, "is_prompt": True} for t in prompt]
+        logprobs, trainer, mask, advantage = (
+            unpack_floats(row[2]),
+            unpack_floats(row[3]),
+            list(row[4]),
+            row[5],
+        )
+        tokens = [
+            {
+                "id": t,
+                "text": texts.get(t, ""),
+                "logprob": None,
+                "trainer_logprob": None,
+                "advantage": None,
+                "mask": 0,
+                "is_prompt": True,
+            }
+            for t in prompt
+        ]
         for i, t in enumerate(response):
             on = mask[i] == 1
-            tokens.append({
-                "id": t, "text": texts.get(t, ""), "logprob": logprobs[i] if on else None,  # type: ignore[index]
-                "trainer_logprob": trainer[i] if trainer is not None and on else None,
-                "advantage": advantage if on else None, "mask": mask[i], "is_prompt": False,
-            })
+            tokens.append(
+                {
+                    "id": t,
+                    "text": texts.get(t, ""),
+                    "logprob": logprobs[i] if on else None,  # type: ignore[index]
+                    "trainer_logprob": trainer[i] if trainer is not None and on else None,
+                    "advantage": advantage if on else None,
+                    "mask": mask[i],
+                    "is_prompt": False,
+                }
+            )
         return {"tokens": tokens, "drift_at": row[6]}
 
     # ------------------------------------------------------------------ evals
@@ -228,43 +294,73 @@ class StoreReader:
         a page of its result rows."""
         series = self.metrics(run_id, ["eval/accuracy", "eval/n"])["series"]
         n_at = dict(map(tuple, series.get("eval/n", [])))
-        evals = [{"step": s, "accuracy": a, "n": None if n_at.get(s) is None else int(n_at[s])}
-                 for s, a in series.get("eval/accuracy", [])]
+        evals = [
+            {"step": s, "accuracy": a, "n": None if n_at.get(s) is None else int(n_at[s])}
+            for s, a in series.get("eval/accuracy", [])
+        ]
         with self._read() as conn:
             seq = _run_row(conn, run_id, "seq")[0]
             total = conn.execute("SELECT COUNT(*) FROM eval_results WHERE run = ?", (seq,)).fetchone()[0]
             rows = conn.execute(
                 "SELECT task_id, sample, reward, is_correct, output, info, error, termination_reason FROM eval_results "
-                "WHERE run = ? ORDER BY task_id, sample LIMIT ? OFFSET ?", (seq, limit, offset)).fetchall()
-        results = [{"task_id": r[0], "sample": r[1], "reward": r[2], "is_correct": None if r[3] is None else bool(r[3]),
-                    "output": r[4], "info": json.loads(r[5]), "error": r[6], "termination_reason": r[7]} for r in rows]
+                "WHERE run = ? ORDER BY task_id, sample LIMIT ? OFFSET ?",
+                (seq, limit, offset),
+            ).fetchall()
+        results = [
+            {
+                "task_id": r[0],
+                "sample": r[1],
+                "reward": r[2],
+                "is_correct": None if r[3] is None else bool(r[3]),
+                "output": r[4],
+                "info": json.loads(r[5]),
+                "error": r[6],
+                "termination_reason": r[7],
+            }
+            for r in rows
+        ]
         return {"evals": evals, "results": results, "total": total}
 
 
-def _series(conn: sqlite3.Connection, key_id: int, after: int, max_points: int | None) -> list[tuple[int, Any]]:
+def _series(
+    conn: sqlite3.Connection, key_id: int, after: int, max_points: int | None
+) -> list[tuple[int, Any]]:
     """One metric's points after step ``after``. More than ``max_points`` are thinned in SQL (a
     100,000-step series never becomes Python objects): every k-th point of the series' own spacing
     (``(step - first) % (spacing * k) = 0``, served by the primary key), plus the last point."""
     where = "key_id = ? AND step > ?"
     n = conn.execute(f"SELECT COUNT(*) FROM metrics WHERE {where}", (key_id, after)).fetchone()[0]
     if max_points is None or n <= max_points:
-        return conn.execute(f"SELECT step, value FROM metrics WHERE {where} ORDER BY step", (key_id, after)).fetchall()
-    first = conn.execute(f"SELECT step FROM metrics WHERE {where} ORDER BY step LIMIT 1", (key_id, after)).fetchone()[0]
-    last = conn.execute(f"SELECT step, value FROM metrics WHERE {where} ORDER BY step DESC LIMIT 1",
-                        (key_id, after)).fetchone()
-    spacing = max(1, round((last[0] - first) / (n - 1)))  # 1 for a metric of every step, 8 for an eval every 8
+        return conn.execute(
+            f"SELECT step, value FROM metrics WHERE {where} ORDER BY step", (key_id, after)
+        ).fetchall()
+    first = conn.execute(
+        f"SELECT step FROM metrics WHERE {where} ORDER BY step LIMIT 1", (key_id, after)
+    ).fetchone()[0]
+    last = conn.execute(
+        f"SELECT step, value FROM metrics WHERE {where} ORDER BY step DESC LIMIT 1", (key_id, after)
+    ).fetchone()
+    spacing = max(
+        1, round((last[0] - first) / (n - 1))
+    )  # 1 for a metric of every step, 8 for an eval every 8
     every = spacing * math.ceil(n / max_points)
-    points = conn.execute(f"SELECT step, value FROM metrics WHERE {where} AND (step - ?) % ? = 0 ORDER BY step",
-                          (key_id, after, first, every)).fetchall()
+    points = conn.execute(
+        f"SELECT step, value FROM metrics WHERE {where} AND (step - ?) % ? = 0 ORDER BY step",
+        (key_id, after, first, every),
+    ).fetchall()
     if len(points) < max_points // 4:  # irregular steps the stride missed: one point per bucket of steps
         points = conn.execute(
             f"SELECT MIN(step), value FROM metrics WHERE {where} GROUP BY (step - ?) / ? ORDER BY 1",
-            (key_id, after, first, max(1, math.ceil((last[0] - first + 1) / max_points)))).fetchall()
+            (key_id, after, first, max(1, math.ceil((last[0] - first + 1) / max_points))),
+        ).fetchall()
     return points if points[-1][0] == last[0] else [*points, last]
 
 
 def _has_tables(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone() is not None
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
+        is not None
+    )
 
 
 def _run_row(conn: sqlite3.Connection, run_id: str, columns: str) -> tuple[Any, ...]:
@@ -275,25 +371,38 @@ def _run_row(conn: sqlite3.Connection, run_id: str, columns: str) -> tuple[Any, 
 
 
 def _episode_row(conn: sqlite3.Connection, episode_id: str, columns: str) -> tuple[Any, ...]:
-    row = conn.execute(f"SELECT {columns} FROM episodes e JOIN runs r ON r.seq = e.run WHERE e.id = ?",
-                       (episode_id,)).fetchone()
+    row = conn.execute(
+        f"SELECT {columns} FROM episodes e JOIN runs r ON r.seq = e.run WHERE e.id = ?", (episode_id,)
+    ).fetchone()
     if row is None:
         raise NotFound(f"no episode {episode_id!r}")
     return row
 
 
 def _episode_summary(r: tuple[Any, ...]) -> dict[str, Any]:
-    return {"id": r[0], "step": r[1], "task_id": r[2], "reward": r[3],
-            "is_correct": None if r[4] is None else bool(r[4]), "termination_reason": r[5], "error": r[6],
-            "roles": json.loads(r[7]), "n_steps": r[8], "preview": r[9]}
+    return {
+        "id": r[0],
+        "step": r[1],
+        "task_id": r[2],
+        "reward": r[3],
+        "is_correct": None if r[4] is None else bool(r[4]),
+        "termination_reason": r[5],
+        "error": r[6],
+        "roles": json.loads(r[7]),
+        "n_steps": r[8],
+        "preview": r[9],
+    }
 
 
 def _token_texts(conn: sqlite3.Connection, run_seq: int, ids: set[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     wanted = sorted(ids)
     for i in range(0, len(wanted), 900):  # well under SQLite's bound-parameter limit
-        chunk = wanted[i:i + 900]
-        out.update(conn.execute(
-            f"SELECT token_id, text FROM token_texts WHERE run = ? AND token_id IN ({', '.join('?' * len(chunk))})",
-            (run_seq, *chunk)).fetchall())
+        chunk = wanted[i : i + 900]
+        out.update(
+            conn.execute(
+                f"SELECT token_id, text FROM token_texts WHERE run = ? AND token_id IN ({', '.join('?' * len(chunk))})",
+                (run_seq, *chunk),
+            ).fetchall()
+        )
     return out

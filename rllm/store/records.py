@@ -24,6 +24,7 @@ from rllm.types import Episode, Step
 TRAINER_LOGPROBS = "trainer_logprobs"
 PREVIEW_CHARS = 200
 
+
 class Tokenizer(Protocol):
     """What the store needs of a tokenizer (a Hugging Face one fits): token ids to text."""
 
@@ -109,31 +110,53 @@ def episode_record(episode: Episode, step: int, tokenizer: Tokenizer | None = No
     for ti, traj in enumerate(episode.trajectories):
         steps = []
         for si, s in enumerate(traj.steps):
-            response = s.response_text or (tokenizer.decode(s.response_ids) if tokenizer and s.response_ids else "")
+            response = s.response_text or (
+                tokenizer.decode(s.response_ids) if tokenizer and s.response_ids else ""
+            )
             responses.append(response)
-            steps.append({
-                "index": si, "messages": clean(s.messages) or _raw_prompt(s, tokenizer), "response": response,
-                "reward": clean(s.reward), "advantage": clean(s.advantage), "finish_reason": s.finish_reason,
-                "weight_version": s.weight_version, "n_prompt_tokens": len(s.prompt_ids),
-                "n_response_tokens": len(s.response_ids),
-                "info": clean({k: v for k, v in s.info.items() if k != TRAINER_LOGPROBS}),
-            })
+            steps.append(
+                {
+                    "index": si,
+                    "messages": clean(s.messages) or _raw_prompt(s, tokenizer),
+                    "response": response,
+                    "reward": clean(s.reward),
+                    "advantage": clean(s.advantage),
+                    "finish_reason": s.finish_reason,
+                    "weight_version": s.weight_version,
+                    "n_prompt_tokens": len(s.prompt_ids),
+                    "n_response_tokens": len(s.response_ids),
+                    "info": clean({k: v for k, v in s.info.items() if k != TRAINER_LOGPROBS}),
+                }
+            )
             tokens.append(_step_tokens(ti, si, s))
             token_ids.update(s.prompt_ids)
             token_ids.update(s.response_ids)
-        trajectories.append({"name": traj.name, "reward": clean(traj.reward), "info": clean(traj.info),
-                             "steps": steps})
+        trajectories.append(
+            {"name": traj.name, "reward": clean(traj.reward), "info": clean(traj.info), "steps": steps}
+        )
     task = clean(episode.task)
-    detail = {"task": task, "info": clean(episode.info), "metrics": clean(episode.metrics),
-              "attempt": episode.attempt, "trajectories": trajectories}
+    detail = {
+        "task": task,
+        "info": clean(episode.info),
+        "metrics": clean(episode.metrics),
+        "attempt": episode.attempt,
+        "trajectories": trajectories,
+    }
     return EpisodeRecord(
-        id=episode.id, step=step, task_id=episode.task_id, reward=clean(episode.reward),
+        id=episode.id,
+        step=step,
+        task_id=episode.task_id,
+        reward=clean(episode.reward),
         is_correct=None if episode.is_correct is None else int(episode.is_correct),
-        termination_reason=episode.termination_reason.value, error=episode.error,
+        termination_reason=episode.termination_reason.value,
+        error=episode.error,
         roles=list(dict.fromkeys(t.name for t in episode.trajectories)),
         n_steps=sum(len(t.steps) for t in episode.trajectories),
-        preview=(responses[-1] if responses else "")[:PREVIEW_CHARS], detail=detail,
-        search_text="\n".join([_question(task), *responses]), tokens=tokens, token_ids=token_ids,
+        preview=(responses[-1] if responses else "")[:PREVIEW_CHARS],
+        detail=detail,
+        search_text="\n".join([_question(task), *responses]),
+        tokens=tokens,
+        token_ids=token_ids,
     )
 
 
@@ -169,10 +192,17 @@ def _step_tokens(trajectory: int, index: int, s: Step) -> StepTokens:
     if isinstance(drift, list):
         drift = drift[0] if drift else None
     return StepTokens(
-        trajectory=trajectory, step=index, prompt_ids=pack_ids(s.prompt_ids), response_ids=pack_ids(s.response_ids),
+        trajectory=trajectory,
+        step=index,
+        prompt_ids=pack_ids(s.prompt_ids),
+        response_ids=pack_ids(s.response_ids),
         logprobs=pack_floats(s.logprobs),
-        trainer_logprobs=pack_floats(trainer) if trainer is not None and len(trainer) == len(s.response_ids) else None,
-        mask=bytes(mask), advantage=clean(s.advantage), drift_at=drift if isinstance(drift, int) else None,
+        trainer_logprobs=pack_floats(trainer)
+        if trainer is not None and len(trainer) == len(s.response_ids)
+        else None,
+        mask=bytes(mask),
+        advantage=clean(s.advantage),
+        drift_at=drift if isinstance(drift, int) else None,
     )
 
 

@@ -140,14 +140,18 @@ def connect_writer(path: Path, *, fsync: bool = False) -> sqlite3.Connection:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             conn.close()
-            raise StoreError(f"{path} was written by a newer rllm (store layout {version}, this one reads "
-                             f"{SCHEMA_VERSION}): upgrade rllm or point trainer.store / --store at a new file")
+            raise StoreError(
+                f"{path} was written by a newer rllm (store layout {version}, this one reads "
+                f"{SCHEMA_VERSION}): upgrade rllm or point trainer.store / --store at a new file"
+            )
         if version < SCHEMA_VERSION:
             # One transaction: two processes creating the store at once both see it whole.
             conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the run store {path}: {exc}: point trainer.store (or --store, "
-                         "$RLLM_STORE) at a writable file") from exc
+        raise StoreError(
+            f"cannot open the run store {path}: {exc}: point trainer.store (or --store, "
+            "$RLLM_STORE) at a writable file"
+        ) from exc
     return conn
 
 
@@ -155,8 +159,9 @@ def connect_reader(path: Path) -> sqlite3.Connection:
     """A read-only connection: it never takes the write lock, and in WAL mode it reads a consistent
     snapshot while a writer commits."""
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                               timeout=5.0)
+        conn = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=5.0
+        )
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read the run store {path}: {exc}") from exc

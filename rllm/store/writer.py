@@ -48,7 +48,13 @@ RunKind = Literal["train", "eval", "gateway"]
 
 # The metrics whose latest value the runs page shows (each run keeps those it logs).
 HEADLINE_METRICS = (
-    "reward/mean", "accuracy", "eval/accuracy", "eval/reward", "train/loss", "response_len/mean", "eval/mean_reward",
+    "reward/mean",
+    "accuracy",
+    "eval/accuracy",
+    "eval/reward",
+    "train/loss",
+    "response_len/mean",
+    "eval/mean_reward",
 )
 
 
@@ -64,8 +70,12 @@ def code_version() -> str:
 
     try:
         out = subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--tags"], cwd=Path(__file__).resolve().parent,
-            capture_output=True, text=True, timeout=5, check=True,
+            ["git", "describe", "--always", "--dirty", "--tags"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         )
         return out.stdout.strip() or __version__
     except (OSError, subprocess.SubprocessError):
@@ -83,8 +93,17 @@ class RunWriter:
     """Writes one run (its row, metrics, sampled episodes, eval results) into the store. See the module
     docstring for the life cycle. Use :meth:`start`, not the constructor."""
 
-    def __init__(self, conn: sqlite3.Connection, run_seq: int, run_id: str, *, episodes_per_step: int,
-                 heartbeat_s: float, latest: dict[str, float], last_step: int | None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        run_seq: int,
+        run_id: str,
+        *,
+        episodes_per_step: int,
+        heartbeat_s: float,
+        latest: dict[str, float],
+        last_step: int | None,
+    ) -> None:
         self._conn = conn
         self._seq = run_seq
         self.id = run_id
@@ -101,16 +120,27 @@ class RunWriter:
         self.writes = 0
         self._stop = threading.Event()
         self._heartbeat_s = heartbeat_s
-        self._beater = threading.Thread(target=self._beat_forever, name=f"rllm-store-heartbeat-{run_id}",
-                                        daemon=True)
+        self._beater = threading.Thread(
+            target=self._beat_forever, name=f"rllm-store-heartbeat-{run_id}", daemon=True
+        )
         self._beater.start()
 
     # ------------------------------------------------------------------ opening
     @classmethod
     def start(
-        cls, path: str | Path, *, kind: RunKind, name: str, config: Mapping[str, Any], model: str | None = None,
-        task: str | None = None, location: str | Path | None = None, resume_from_step: int | None = None,
-        episodes_per_step: int = 16, heartbeat_s: float = 10.0, fsync: bool = False,
+        cls,
+        path: str | Path,
+        *,
+        kind: RunKind,
+        name: str,
+        config: Mapping[str, Any],
+        model: str | None = None,
+        task: str | None = None,
+        location: str | Path | None = None,
+        resume_from_step: int | None = None,
+        episodes_per_step: int = 16,
+        heartbeat_s: float = 10.0,
+        fsync: bool = False,
     ) -> RunWriter:
         """Open the store at ``path`` (created if missing) and start a run of ``kind``.
 
@@ -130,18 +160,21 @@ class RunWriter:
                 if resume_from_step is not None and loc is not None:
                     row = conn.execute(
                         "SELECT seq, id, latest FROM runs WHERE location = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
-                        (loc, kind)).fetchone()
+                        (loc, kind),
+                    ).fetchone()
                 if row is not None:
                     seq, run_id = row[0], row[1]
                     _drop_after(conn, seq, resume_from_step)  # type: ignore[arg-type]
                     last = conn.execute(
                         "SELECT MAX(m.step) FROM metrics m JOIN metric_keys k USING (key_id) WHERE k.run = ?",
-                        (seq,)).fetchone()[0]
+                        (seq,),
+                    ).fetchone()[0]
                     latest = _latest_values(conn, seq)
                     conn.execute(
                         "UPDATE runs SET status = 'running', ended_at = NULL, error = NULL, heartbeat_at = ?, "
                         "config = ?, code_version = ?, last_step = ?, latest = ? WHERE seq = ?",
-                        (now, dumps(config), code_version(), last, dumps(latest), seq))
+                        (now, dumps(config), code_version(), last, dumps(latest), seq),
+                    )
                 else:
                     run_id, last, latest = new_run_id(name), None, {}
                     seq = conn.execute(
@@ -152,12 +185,23 @@ class RunWriter:
         except BaseException:
             conn.close()
             raise
-        logger.info("recording run %s in the run store %s (browse it with `rllm ui --store %s`)", run_id, path, path)
-        return cls(conn, seq, run_id, episodes_per_step=episodes_per_step, heartbeat_s=heartbeat_s,
-                   latest=latest, last_step=last)
+        logger.info(
+            "recording run %s in the run store %s (browse it with `rllm ui --store %s`)", run_id, path, path
+        )
+        return cls(
+            conn,
+            seq,
+            run_id,
+            episodes_per_step=episodes_per_step,
+            heartbeat_s=heartbeat_s,
+            latest=latest,
+            last_step=last,
+        )
 
     # ------------------------------------------------------------------ writing
-    def stage_episodes(self, step: int, episodes: Sequence[Episode], tokenizer: Tokenizer | None = None) -> None:
+    def stage_episodes(
+        self, step: int, episodes: Sequence[Episode], tokenizer: Tokenizer | None = None
+    ) -> None:
         """Keep a sample of ``episodes`` (see :func:`~rllm.store.records.sample_episodes`) as records of
         training step ``step``; they are written with the next :meth:`log`, in the same transaction.
         ``tokenizer`` gives the token texts (each id is decoded once per run); without it tokens show as
@@ -179,22 +223,34 @@ class RunWriter:
             self._insert_episodes(conn)
             self._last_step = step if self._last_step is None else max(self._last_step, step)
             self._latest.update({k: v for k, v in values.items() if k in HEADLINE_METRICS and v is not None})
-            conn.execute("UPDATE runs SET last_step = ?, latest = ?, heartbeat_at = ? WHERE seq = ?",
-                         (self._last_step, dumps(self._latest), time.time(), self._seq))
+            conn.execute(
+                "UPDATE runs SET last_step = ?, latest = ?, heartbeat_at = ? WHERE seq = ?",
+                (self._last_step, dumps(self._latest), time.time(), self._seq),
+            )
 
     def add_eval_results(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Commit ``rllm eval`` result rows (one per item and sample; a row for the same item and sample
         replaces the earlier one, as a re-run failed sample does in the results file)."""
         values = [
-            (self._seq, str(r["task_id"]), int(r["sample"]), clean(r.get("reward")),
-             None if r.get("is_correct") is None else int(bool(r["is_correct"])), r.get("output"),
-             dumps(r.get("info") or {}), r.get("error"), r.get("termination_reason"))
+            (
+                self._seq,
+                str(r["task_id"]),
+                int(r["sample"]),
+                clean(r.get("reward")),
+                None if r.get("is_correct") is None else int(bool(r["is_correct"])),
+                r.get("output"),
+                dumps(r.get("info") or {}),
+                r.get("error"),
+                r.get("termination_reason"),
+            )
             for r in rows
         ]
         with self._write() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO eval_results (run, task_id, sample, reward, is_correct, output, info, error, "
-                "termination_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
+                "termination_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
             conn.execute("UPDATE runs SET heartbeat_at = ? WHERE seq = ?", (time.time(), self._seq))
 
     def finish(self, summary: Mapping[str, Any] | None = None) -> None:
@@ -216,7 +272,9 @@ class RunWriter:
         store is released, with :meth:`finish` or :meth:`fail`."""
 
     # ------------------------------------------------------------------ internals
-    def _end(self, status: str, *, summary: Mapping[str, Any] | None = None, error: str | None = None) -> None:
+    def _end(
+        self, status: str, *, summary: Mapping[str, Any] | None = None, error: str | None = None
+    ) -> None:
         if self._closed:
             return
         self._stop.set()
@@ -226,19 +284,33 @@ class RunWriter:
                 self._insert_episodes(conn)  # staged but never logged: keep them
                 conn.execute(
                     "UPDATE runs SET status = ?, ended_at = ?, heartbeat_at = ?, summary = ?, error = ? WHERE seq = ?",
-                    (status, time.time(), time.time(), None if summary is None else dumps(summary), error, self._seq))
+                    (
+                        status,
+                        time.time(),
+                        time.time(),
+                        None if summary is None else dumps(summary),
+                        error,
+                        self._seq,
+                    ),
+                )
         finally:
             with self._lock:
                 self._closed = True
                 self._conn.close()
         if self.writes:
-            logger.info("run store: %d writes, %.1f ms each on average", self.writes, 1000 * self.write_s / self.writes)
+            logger.info(
+                "run store: %d writes, %.1f ms each on average",
+                self.writes,
+                1000 * self.write_s / self.writes,
+            )
 
     @contextmanager
     def _write(self, *, timed: bool = True) -> Iterator[sqlite3.Connection]:
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"run {self.id} has ended (finish/fail was called): nothing more can be written")
+                raise RuntimeError(
+                    f"run {self.id} has ended (finish/fail was called): nothing more can be written"
+                )
             t0 = time.perf_counter()
             with _transaction(self._conn):
                 yield self._conn
@@ -250,7 +322,8 @@ class RunWriter:
         if name not in self._key_ids:
             conn.execute("INSERT OR IGNORE INTO metric_keys (run, name) VALUES (?, ?)", (self._seq, name))
             self._key_ids[name] = conn.execute(
-                "SELECT key_id FROM metric_keys WHERE run = ? AND name = ?", (self._seq, name)).fetchone()[0]
+                "SELECT key_id FROM metric_keys WHERE run = ? AND name = ?", (self._seq, name)
+            ).fetchone()[0]
         return self._key_ids[name]
 
     def _insert_episodes(self, conn: sqlite3.Connection) -> None:
@@ -258,21 +331,51 @@ class RunWriter:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO episodes (id, run, step, task_id, reward, is_correct, termination_reason, "
                 "error, roles, n_steps, preview) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (r.id, self._seq, r.step, r.task_id, r.reward, r.is_correct, r.termination_reason, r.error,
-                 dumps(r.roles), r.n_steps, r.preview))
+                (
+                    r.id,
+                    self._seq,
+                    r.step,
+                    r.task_id,
+                    r.reward,
+                    r.is_correct,
+                    r.termination_reason,
+                    r.error,
+                    dumps(r.roles),
+                    r.n_steps,
+                    r.preview,
+                ),
+            )
             if not cur.rowcount:  # this episode is already stored
                 continue
             seq = cur.lastrowid
-            conn.execute("INSERT INTO episode_details (episode, detail) VALUES (?, ?)", (seq, dumps(r.detail)))
+            conn.execute(
+                "INSERT INTO episode_details (episode, detail) VALUES (?, ?)", (seq, dumps(r.detail))
+            )
             conn.execute("INSERT INTO episodes_text (rowid, text) VALUES (?, ?)", (seq, r.search_text))
             conn.executemany(
                 "INSERT INTO episode_steps (episode, trajectory, step, prompt_ids, response_ids, logprobs, "
                 "trainer_logprobs, mask, advantage, drift_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(seq, t.trajectory, t.step, t.prompt_ids, t.response_ids, t.logprobs, t.trainer_logprobs, t.mask,
-                  t.advantage, t.drift_at) for t in r.tokens])
+                [
+                    (
+                        seq,
+                        t.trajectory,
+                        t.step,
+                        t.prompt_ids,
+                        t.response_ids,
+                        t.logprobs,
+                        t.trainer_logprobs,
+                        t.mask,
+                        t.advantage,
+                        t.drift_at,
+                    )
+                    for t in r.tokens
+                ],
+            )
         if self._token_texts:
-            conn.executemany("INSERT OR IGNORE INTO token_texts (run, token_id, text) VALUES (?, ?, ?)",
-                             [(self._seq, tid, text) for tid, text in self._token_texts.items()])
+            conn.executemany(
+                "INSERT OR IGNORE INTO token_texts (run, token_id, text) VALUES (?, ?, ?)",
+                [(self._seq, tid, text) for tid, text in self._token_texts.items()],
+            )
         self._pending.clear()
         self._token_texts.clear()
 
@@ -298,8 +401,10 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 def _drop_after(conn: sqlite3.Connection, run_seq: int, step: int) -> None:
     """Forget what a run logged after ``step`` (a resumed run redoes those steps)."""
-    conn.execute("DELETE FROM metrics WHERE step > ? AND key_id IN (SELECT key_id FROM metric_keys WHERE run = ?)",
-                 (step, run_seq))
+    conn.execute(
+        "DELETE FROM metrics WHERE step > ? AND key_id IN (SELECT key_id FROM metric_keys WHERE run = ?)",
+        (step, run_seq),
+    )
     doomed = "SELECT seq FROM episodes WHERE run = ? AND step > ?"
     conn.execute(f"DELETE FROM episode_steps WHERE episode IN ({doomed})", (run_seq, step))
     conn.execute(f"DELETE FROM episode_details WHERE episode IN ({doomed})", (run_seq, step))
@@ -312,5 +417,6 @@ def _latest_values(conn: sqlite3.Connection, run_seq: int) -> dict[str, float]:
     rows = conn.execute(
         f"SELECT k.name, (SELECT value FROM metrics m WHERE m.key_id = k.key_id AND value IS NOT NULL "
         f"ORDER BY step DESC LIMIT 1) FROM metric_keys k WHERE k.run = ? AND k.name IN ({marks})",
-        (run_seq, *HEADLINE_METRICS)).fetchall()
+        (run_seq, *HEADLINE_METRICS),
+    ).fetchall()
     return {name: value for name, value in rows if value is not None}

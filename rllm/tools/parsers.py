@@ -208,7 +208,7 @@ class HermesToolParser:
             if TOOL_CALL_CLOSE in outside:
                 errors.append(
                     f"found {TOOL_CALL_CLOSE} without an opening {TOOL_CALL_OPEN}; write each call as "
-                    f"{TOOL_CALL_OPEN}{{\"name\": ..., \"arguments\": {{...}}}}{TOOL_CALL_CLOSE}"
+                    f'{TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
                 )
             content_parts.append(outside)
             if start < 0:

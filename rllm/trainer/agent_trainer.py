@@ -49,9 +49,16 @@ logger = logging.getLogger(__name__)
 
 # metric -> console column label
 CONSOLE_KEYS = {
-    "reward/mean": "reward", "accuracy": "acc", "response_len/mean": "resp_len", "train/entropy": "entropy",
-    "train/clip_fraction": "clip_frac", "train/approx_kl": "kl", "train/grad_norm": "grad_norm",
-    "time/step_s": "step_s", "time/eta_s": "eta_s", "eval/accuracy": "eval_acc",
+    "reward/mean": "reward",
+    "accuracy": "acc",
+    "response_len/mean": "resp_len",
+    "train/entropy": "entropy",
+    "train/clip_fraction": "clip_frac",
+    "train/approx_kl": "kl",
+    "train/grad_norm": "grad_norm",
+    "time/step_s": "step_s",
+    "time/eta_s": "eta_s",
+    "eval/accuracy": "eval_acc",
 }
 
 
@@ -108,9 +115,13 @@ class AgentTrainer:
         if train_tasks is None or test_tasks is None:
             datasets = DatasetRegistry()
             if train_tasks is None:
-                train_tasks = datasets.load(d.task, d.train_split, limit=d.train_size, seed=seed, reward=d.reward)
+                train_tasks = datasets.load(
+                    d.task, d.train_split, limit=d.train_size, seed=seed, reward=d.reward
+                )
             if test_tasks is None:
-                test_tasks = datasets.load(d.task, d.test_split, limit=d.test_size, seed=seed, reward=d.reward)
+                test_tasks = datasets.load(
+                    d.task, d.test_split, limit=d.test_size, seed=seed, reward=d.reward
+                )
         self.train_tasks, self.test_tasks = train_tasks, test_tasks
         if not self.train_tasks:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
@@ -139,15 +150,23 @@ class AgentTrainer:
             self._sync_weights("start-up")
         r = cfg.rollout
         self.train_sampling = SamplingParams(
-            temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens, seed=cfg.trainer.seed
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            max_tokens=r.max_tokens,
+            seed=cfg.trainer.seed,
         )
         self.eval_sampling = SamplingParams(temperature=0.0, max_tokens=cfg.eval.max_tokens)
         workflow = self.workflow
         if self.agent_flow is not None:
             workflow = self._start_gateway()
         self.rollouts = WorkflowEngine(
-            workflow, self.engine, self.train_sampling, max_concurrency=r.max_concurrency,
-            timeout_s=r.timeout_s, retries=r.retries,
+            workflow,
+            self.engine,
+            self.train_sampling,
+            max_concurrency=r.max_concurrency,
+            timeout_s=r.timeout_s,
+            retries=r.retries,
         )
         self.filters = FilterConfig(**cfg.algorithm.filters.model_dump())
 
@@ -160,19 +179,36 @@ class AgentTrainer:
 
         if getattr(self.engine, "gateway_urls", None):  # the engine's own gateway(s) (a vLLM pool)
             self.trace_store = self.engine.trace_store
-            logger.info("agent flow %s runs against the engine's gateway(s) at %s", self.agent_flow.name,
-                        ", ".join(self.engine.gateway_urls))
-            return GatewayWorkflow(self.agent_flow, self.evaluator, gateway_url=self.engine.gateway_urls,
-                                   model=self.cfg.model.path, store=self.trace_store)
+            logger.info(
+                "agent flow %s runs against the engine's gateway(s) at %s",
+                self.agent_flow.name,
+                ", ".join(self.engine.gateway_urls),
+            )
+            return GatewayWorkflow(
+                self.agent_flow,
+                self.evaluator,
+                gateway_url=self.engine.gateway_urls,
+                model=self.cfg.model.path,
+                store=self.trace_store,
+            )
         # HTTP calls of concurrent episodes arrive a few ms apart: let them meet in one batch.
         self.engine.batch_wait_s = self.cfg.rollout.gateway_batch_wait_ms / 1000.0
         self.trace_store = TraceStore(self.run_dir / "traces.db")
         app = create_app(LocalUpstream(self.engine), self.trace_store, model_name=self.cfg.model.path)
         self.gateway = GatewayServer(app).start()
-        logger.info("agent flow %s runs against the embedded gateway at %s (traces: %s)", self.agent_flow.name,
-                    self.gateway.url, self.trace_store.path)
-        return GatewayWorkflow(self.agent_flow, self.evaluator, gateway_url=self.gateway.url,
-                               model=self.cfg.model.path, store=self.trace_store)
+        logger.info(
+            "agent flow %s runs against the embedded gateway at %s (traces: %s)",
+            self.agent_flow.name,
+            self.gateway.url,
+            self.trace_store.path,
+        )
+        return GatewayWorkflow(
+            self.agent_flow,
+            self.evaluator,
+            gateway_url=self.gateway.url,
+            model=self.cfg.model.path,
+            store=self.trace_store,
+        )
 
     def _stop_gateway(self) -> None:
         if self.gateway is not None:  # the embedded one; an engine's own gateway closes with the engine
@@ -197,8 +233,10 @@ class AgentTrainer:
         try:
             self.backend.sync_weights_to(self.engine)
         except WeightSyncError as exc:
-            raise WeightSyncError(f"weight sync at {when} (version {self.backend.step}) failed, so training stops "
-                                  f"rather than sample from stale weights: {exc}") from exc
+            raise WeightSyncError(
+                f"weight sync at {when} (version {self.backend.step}) failed, so training stops "
+                f"rather than sample from stale weights: {exc}"
+            ) from exc
 
     def _task_order(self, epoch: int) -> list[int]:
         """The shuffled task order of one pass over the data (cached: every step of the epoch reads it)."""
@@ -230,14 +268,20 @@ class AgentTrainer:
             "eval/n": float(len(episodes)),
             # A failed held-out episode (its flow or reward raised, or it timed out) counts as wrong above.
             "eval/failed": float(sum(e.failed for e in episodes)),
-            "eval/response_len": float(np.mean([len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps] or [0])),
+            "eval/response_len": float(
+                np.mean(
+                    [len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps] or [0]
+                )
+            ),
             "eval/time_s": time.perf_counter() - t0,
         }
         # What flows and evaluators report per episode (signal/*, tools/*, judge/*, ...), averaged over the
         # held-out set.
         for key in sorted({k for e in episodes for k in e.metrics if "/" in k}):
             out[f"eval/{key}"] = float(np.mean([e.metrics[key] for e in episodes if key in e.metrics]))
-        logger.info("eval at step %d: accuracy %.3f on %d held-out tasks", step, out["eval/accuracy"], len(episodes))
+        logger.info(
+            "eval at step %d: accuracy %.3f on %d held-out tasks", step, out["eval/accuracy"], len(episodes)
+        )
         return out
 
     # ------------------------------------------------------------------ one step
@@ -245,24 +289,32 @@ class AgentTrainer:
         cfg = self.cfg
         t0 = time.perf_counter()
         tasks = self._tasks_for_step(step)
-        sampling = self.train_sampling.model_copy(update={"seed": cfg.trainer.seed * 7_919 + step * 1_000_003})
+        sampling = self.train_sampling.model_copy(
+            update={"seed": cfg.trainer.seed * 7_919 + step * 1_000_003}
+        )
         gen_before = self.engine.stats["generated_tokens"]
         episodes = asyncio.run(
-            self.rollouts.run_tasks(tasks, group_size=cfg.rollout.group_size, sampling=sampling, description=f"step {step}")
+            self.rollouts.run_tasks(
+                tasks, group_size=cfg.rollout.group_size, sampling=sampling, description=f"step {step}"
+            )
         )
         t_rollout = time.perf_counter() - t0
         check_staleness(episodes, self.backend.step, cfg.rollout.max_staleness)
         apply_shaping(episodes, self.shapers)
         metrics = episode_metrics(episodes)
         metrics["time/rollout_s"] = t_rollout
-        metrics["perf/rollout_tokens_per_s"] = (self.engine.stats["generated_tokens"] - gen_before) / max(t_rollout, 1e-9)
+        metrics["perf/rollout_tokens_per_s"] = (self.engine.stats["generated_tokens"] - gen_before) / max(
+            t_rollout, 1e-9
+        )
         if hasattr(self.engine, "metrics"):  # a server pool: servers healthy, calls re-routed after a failure
             metrics.update(self.engine.metrics())
 
         groups = group_episodes(episodes)
         alg = cfg.algorithm
-        signal = {"per_step": lambda g: step_returns(g, alg.gamma),
-                  "per_state": lambda g: state_signal(g, alg.gamma)}.get(alg.credit)
+        signal = {
+            "per_step": lambda g: step_returns(g, alg.gamma),
+            "per_state": lambda g: state_signal(g, alg.gamma),
+        }.get(alg.credit)
         groups, fmetrics = filter_groups(groups, self.filters, signal=signal)
         metrics.update(fmetrics)
         t1 = time.perf_counter()
@@ -272,11 +324,21 @@ class AgentTrainer:
                 est_kwargs["norm_std"] = alg.norm_std
             if any(takes_std(name) for name in _estimator_names(alg.advantage)):
                 est_kwargs["std"] = alg.std
-            metrics.update(compute_advantages(groups, alg.advantage, credit=alg.credit, gamma=alg.gamma,
-                                                step_weight=alg.step_weight, **est_kwargs))
+            metrics.update(
+                compute_advantages(
+                    groups,
+                    alg.advantage,
+                    credit=alg.credit,
+                    gamma=alg.gamma,
+                    step_weight=alg.step_weight,
+                    **est_kwargs,
+                )
+            )
             batch = build_train_batch(groups, merge=alg.merge_turns)
             if cfg.algorithm.loss_norm == "sampled":  # skipped zero-variance rows still count in the mean
-                batch.loss_norm_tokens = batch.num_response_tokens + fmetrics["filter/zero_variance_response_tokens"]
+                batch.loss_norm_tokens = (
+                    batch.num_response_tokens + fmetrics["filter/zero_variance_response_tokens"]
+                )
                 batch.loss_norm_sequences = len(batch.sequences) + fmetrics["filter/zero_variance_sequences"]
             metrics.update(batch.metrics)
         else:
@@ -285,8 +347,14 @@ class AgentTrainer:
             old = self.backend.compute_logprobs(batch) if cfg.backend.old_logprobs == "recompute" else None
             if old is not None and self.run_store is not None:  # shown beside the rollout's in the token view
                 attach_trainer_logprobs(groups, old, merge=alg.merge_turns)
-            ref = self.backend.compute_logprobs(batch, reference=True) if cfg.algorithm.loss.kl_coef > 0 else None
-            metrics.update(self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref))
+            ref = (
+                self.backend.compute_logprobs(batch, reference=True)
+                if cfg.algorithm.loss.kl_coef > 0
+                else None
+            )
+            metrics.update(
+                self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref)
+            )
             metrics.update(self.backend.optim_step())
             metrics["perf/train_tokens_per_s"] = batch.num_tokens / max(time.perf_counter() - t1, 1e-9)
         else:
@@ -334,8 +402,13 @@ class AgentTrainer:
         if not t.store_enabled:
             return None
         return RunWriter.start(
-            t.store or default_store_path(t.run_dir), kind="train", name=t.name, config=self.cfg.model_dump(),
-            model=self.cfg.model.path, task=self.cfg.data.task, location=self.run_dir,
+            t.store or default_store_path(t.run_dir),
+            kind="train",
+            name=t.name,
+            config=self.cfg.model_dump(),
+            model=self.cfg.model.path,
+            task=self.cfg.data.task,
+            location=self.run_dir,
             resume_from_step=load_loop_state(ckpt)["step"] if ckpt is not None and t.resume else None,
             episodes_per_step=t.store_episodes_per_step,
         )
@@ -348,7 +421,9 @@ class AgentTrainer:
         # run that starts at step 0 (a killed run that left no complete checkpoint) redoes all of them.
         redone_after = load_loop_state(resume_from)["step"] if resume_from is not None else -1
         _drop_metrics_after(self.run_dir / "metrics.jsonl", redone_after)
-        sinks = build_sinks(cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS)
+        sinks = build_sinks(
+            cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS
+        )
         if self.run_store is not None:
             sinks.append(self.run_store)
         result = TrainResult(run_dir=self.run_dir, steps=cfg.trainer.steps)
@@ -378,9 +453,14 @@ class AgentTrainer:
                     eval_history.append({"step": done, **ev})
                     metrics.update(ev)
                 metrics_logger.log(done, metrics)
-                if (cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0) or done == cfg.trainer.steps:
+                if (
+                    cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0
+                ) or done == cfg.trainer.steps:
                     save_checkpoint(
-                        self.run_dir, done, self.backend, {"step": done, "eval_history": eval_history},
+                        self.run_dir,
+                        done,
+                        self.backend,
+                        {"step": done, "eval_history": eval_history},
                         keep=cfg.trainer.keep_checkpoints,
                     )
         result.eval_history = eval_history
@@ -402,15 +482,23 @@ class StaleSamplesError(RuntimeError):
 
 def check_staleness(episodes: list[Episode], version: int, max_staleness: int) -> None:
     """Refuse a batch with a sample drawn under a weight version older than ``version - max_staleness``."""
-    oldest = min((s.weight_version for e in episodes if not e.failed for t in e.trajectories for s in t.steps),
-                 default=version)
+    oldest = min(
+        (s.weight_version for e in episodes if not e.failed for t in e.trajectories for s in t.steps),
+        default=version,
+    )
     if oldest < version - max_staleness:
-        stale = sum(s.weight_version < version - max_staleness
-                    for e in episodes if not e.failed for t in e.trajectories for s in t.steps)
+        stale = sum(
+            s.weight_version < version - max_staleness
+            for e in episodes
+            if not e.failed
+            for t in e.trajectories
+            for s in t.steps
+        )
         raise StaleSamplesError(
             f"{stale} sample(s) of this step were drawn under weight version {oldest}, but the policy is at "
             f"version {version} and rollout.max_staleness={max_staleness}: the engine is not sampling from the "
-            "synced weights; refusing to train on them")
+            "synced weights; refusing to train on them"
+        )
 
 
 def shapers_from_config(cfg: TrainConfig) -> list[Shaper]:
@@ -420,7 +508,11 @@ def shapers_from_config(cfg: TrainConfig) -> list[Shaper]:
     if sh.format_regex is not None:
         out.append(format_bonus(sh.format_regex, bonus=sh.format_bonus, penalty=sh.format_penalty))
     if sh.overlong_buffer:
-        out.append(overlong_penalty(max_tokens=cfg.rollout.max_tokens, buffer=sh.overlong_buffer, coef=sh.overlong_coef))
+        out.append(
+            overlong_penalty(
+                max_tokens=cfg.rollout.max_tokens, buffer=sh.overlong_buffer, coef=sh.overlong_coef
+            )
+        )
     return out
 
 
@@ -468,8 +560,12 @@ def _drop_metrics_after(path: Path, step: int) -> None:
             continue
     if len(kept) == len(lines):
         return
-    logger.warning("dropping %d line(s) of %s %s: a killed run wrote them and this run redoes them",
-                   len(lines) - len(kept), path, f"after step {step}" if step >= 0 else "(no checkpoint to resume)")
+    logger.warning(
+        "dropping %d line(s) of %s %s: a killed run wrote them and this run redoes them",
+        len(lines) - len(kept),
+        path,
+        f"after step {step}" if step >= 0 else "(no checkpoint to resume)",
+    )
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(k + "\n" for k in kept))
     tmp.replace(path)
@@ -479,7 +575,11 @@ def _try_plot(run_dir: Path) -> None:
     try:
         from rllm.utils.metrics import plot_metrics
 
-        plot_metrics(run_dir / "metrics.jsonl", run_dir / "metrics.png", ["reward/mean", "eval/accuracy", "response_len/mean", "train/entropy"])
+        plot_metrics(
+            run_dir / "metrics.jsonl",
+            run_dir / "metrics.png",
+            ["reward/mean", "eval/accuracy", "response_len/mean", "train/entropy"],
+        )
     except ImportError:
         logger.info("matplotlib not installed; skipping metrics.png")
     except ValueError as exc:

@@ -20,11 +20,15 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             f"backend '{capabilities.name}' has no loss {loss.name!r}: choose one of {sorted(capabilities.losses)}"
         )
     if cfg.lora.enabled and not capabilities.lora:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot train LoRA: set lora.enabled=false")
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' cannot train LoRA: set lora.enabled=false"
+        )
     if not cfg.lora.enabled and not capabilities.full_finetune:
         raise UnsupportedConfigError(f"backend '{capabilities.name}' trains LoRA only: set lora.enabled=true")
     if loss.kl_coef > 0 and not capabilities.kl_to_reference:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0")
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0"
+        )
     if cfg.lora.enabled and cfg.backend.gradient_checkpointing and cfg.lora.dropout > 0:
         raise UnsupportedConfigError(
             "lora.dropout > 0 with backend.gradient_checkpointing=true recomputes different dropout masks in "
@@ -35,11 +39,19 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             "backend.share_prefix keeps the prompt's KV cache for the backward pass, which gradient checkpointing "
             "cannot: set backend.share_prefix=false or backend.gradient_checkpointing=false"
         )
-    if cfg.backend.share_prefix and not capabilities.share_prefix and "share_prefix" in cfg.backend.model_fields_set:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot share prompt prefixes: drop backend.share_prefix")
+    if (
+        cfg.backend.share_prefix
+        and not capabilities.share_prefix
+        and "share_prefix" in cfg.backend.model_fields_set
+    ):
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' cannot share prompt prefixes: drop backend.share_prefix"
+        )
     _check_placement(cfg)
     if cfg.backend.old_logprobs == "recompute" and not capabilities.recompute_old_logprobs:
-        raise UnsupportedConfigError(f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout")
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout"
+        )
     if loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
         raise UnsupportedConfigError(
             "algorithm.loss.tis_cap corrects between trainer and rollout logprobs, so it needs "
@@ -52,14 +64,18 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
         )
-    divides_by_std = any(takes_std(name) and (name != "grpo" or cfg.algorithm.norm_std) for name in estimators)
+    divides_by_std = any(
+        takes_std(name) and (name != "grpo" or cfg.algorithm.norm_std) for name in estimators
+    )
     if cfg.algorithm.std != type(cfg.algorithm).model_fields["std"].default and not divides_by_std:
         raise UnsupportedConfigError(
             "algorithm.std picks the std that grpo (with algorithm.norm_std=true) and reinforce_pp divide by, and "
             f"the estimator(s) in use ({', '.join(sorted(estimators))}) divide by none: drop algorithm.std"
         )
     if cfg.rollout.temperature == 0:
-        raise UnsupportedConfigError("rollout.temperature=0 samples one answer per task, leaving no signal: use > 0")
+        raise UnsupportedConfigError(
+            "rollout.temperature=0 samples one answer per task, leaving no signal: use > 0"
+        )
     if (cfg.workflow.name == "frozenlake") != (cfg.data.task == "frozenlake"):
         raise UnsupportedConfigError(
             "workflow.name=frozenlake and data.task=frozenlake go together: set both (or neither)"
@@ -78,13 +94,17 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         try:
             re.compile(sh.format_regex)
         except re.error as exc:
-            raise UnsupportedConfigError(f"algorithm.shaping.format_regex is not a valid regex: {exc}") from None
+            raise UnsupportedConfigError(
+                f"algorithm.shaping.format_regex is not a valid regex: {exc}"
+            ) from None
     if cfg.algorithm.gamma != 1.0 and cfg.algorithm.credit == "trajectory":
         raise UnsupportedConfigError(
-            "algorithm.gamma discounts per-step returns: set algorithm.credit=per_step or per_state")
+            "algorithm.gamma discounts per-step returns: set algorithm.credit=per_step or per_state"
+        )
     if cfg.algorithm.step_weight != 1.0 and cfg.algorithm.credit != "per_state":
-        raise UnsupportedConfigError("algorithm.step_weight weighs per_state credit's step level: "
-                                     "set algorithm.credit=per_state")
+        raise UnsupportedConfigError(
+            "algorithm.step_weight weighs per_state credit's step level: set algorithm.credit=per_state"
+        )
     t, default_sample = cfg.trainer, type(cfg.trainer).model_fields["store_episodes_per_step"].default
     if not t.store_enabled and (t.store is not None or t.store_episodes_per_step != default_sample):
         raise UnsupportedConfigError(
@@ -92,8 +112,10 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             "trainer.store_enabled=false turns off: drop them (or enable the store)"
         )
     if t.store is not None and Path(t.store).is_dir():
-        raise UnsupportedConfigError(f"trainer.store={t.store!r} is a directory: name the database file in it, "
-                                     f"e.g. {Path(t.store) / 'rllm.db'}")
+        raise UnsupportedConfigError(
+            f"trainer.store={t.store!r} is a directory: name the database file in it, "
+            f"e.g. {Path(t.store) / 'rllm.db'}"
+        )
     for sink, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
         if sink in cfg.trainer.loggers and importlib.util.find_spec(module) is None:
             raise UnsupportedConfigError(
@@ -106,18 +128,26 @@ def _check_placement(cfg: TrainConfig) -> None:
     """The distributed backend and the vLLM pool: their sections only with them, and what they need present."""
     b, inf = cfg.backend, cfg.inference
     if b.name != "distributed" and b.distributed.model_fields_set:
-        raise UnsupportedConfigError(f"backend.distributed.* applies to backend.name=distributed, not {b.name}: "
-                                     "drop it (or set backend.name=distributed)")
+        raise UnsupportedConfigError(
+            f"backend.distributed.* applies to backend.name=distributed, not {b.name}: "
+            "drop it (or set backend.name=distributed)"
+        )
     if b.name == "distributed":  # what the config asks first, then what this machine has
         if b.distributed.comm == "nccl" and b.device == "cpu":
-            raise UnsupportedConfigError("backend.distributed.comm=nccl needs GPUs, and backend.device=cpu: "
-                                         "set backend.distributed.comm=gloo (or auto)")
+            raise UnsupportedConfigError(
+                "backend.distributed.comm=nccl needs GPUs, and backend.device=cpu: "
+                "set backend.distributed.comm=gloo (or auto)"
+            )
         if importlib.util.find_spec("ray") is None:
-            raise UnsupportedConfigError("backend.name=distributed places its ranks with Ray, which is not installed: "
-                                         "pip install 'rllm[distributed]' (or bash scripts/setup.sh distributed)")
+            raise UnsupportedConfigError(
+                "backend.name=distributed places its ranks with Ray, which is not installed: "
+                "pip install 'rllm[distributed]' (or bash scripts/setup.sh distributed)"
+            )
     if inf.engine != "vllm" and inf.vllm.model_fields_set:
-        raise UnsupportedConfigError(f"inference.vllm.* applies to inference.engine=vllm, not {inf.engine}: drop it "
-                                     "(or set inference.engine=vllm)")
+        raise UnsupportedConfigError(
+            f"inference.vllm.* applies to inference.engine=vllm, not {inf.engine}: drop it "
+            "(or set inference.engine=vllm)"
+        )
     if inf.engine == "vllm":
         _check_vllm(cfg)
 
@@ -127,31 +157,54 @@ def _check_vllm(cfg: TrainConfig) -> None:
 
     v = cfg.inference.vllm
     if {"dtype", "max_batch_rows"} & cfg.inference.model_fields_set:
-        raise UnsupportedConfigError("inference.dtype and inference.max_batch_rows apply to the local engine; the "
-                                     "vLLM pool's are inference.vllm.dtype and its servers' own batching: drop them")
+        raise UnsupportedConfigError(
+            "inference.dtype and inference.max_batch_rows apply to the local engine; the "
+            "vLLM pool's are inference.vllm.dtype and its servers' own batching: drop them"
+        )
     if v.urls:
-        started_only = sorted(v.model_fields_set & {"num_servers", "tensor_parallel_size", "gpu_memory_utilization",
-                                                    "max_lora_rank", "extra_args", "servers", "python",
-                                                    "kvcache_space_gib", "dtype"})
+        started_only = sorted(
+            v.model_fields_set
+            & {
+                "num_servers",
+                "tensor_parallel_size",
+                "gpu_memory_utilization",
+                "max_lora_rank",
+                "extra_args",
+                "servers",
+                "python",
+                "kvcache_space_gib",
+                "dtype",
+            }
+        )
         if started_only:
-            raise UnsupportedConfigError(f"inference.vllm.urls attaches to running servers, so inference.vllm."
-                                         f"{', inference.vllm.'.join(started_only)} (settings of started servers) "
-                                         "would do nothing: drop them")
+            raise UnsupportedConfigError(
+                f"inference.vllm.urls attaches to running servers, so inference.vllm."
+                f"{', inference.vllm.'.join(started_only)} (settings of started servers) "
+                "would do nothing: drop them"
+            )
         return
     python = Path(v.python) if v.python else default_vllm_python()
     if not python.exists():
-        raise UnsupportedConfigError(f"inference.engine=vllm starts vLLM servers with {python}, which does not exist: "
-                                     "run scripts/setup_vllm.sh (or set inference.vllm.python, or attach to running "
-                                     "servers with inference.vllm.urls)")
+        raise UnsupportedConfigError(
+            f"inference.engine=vllm starts vLLM servers with {python}, which does not exist: "
+            "run scripts/setup_vllm.sh (or set inference.vllm.python, or attach to running "
+            "servers with inference.vllm.urls)"
+        )
     if v.servers and len(v.servers) != v.num_servers:
-        raise UnsupportedConfigError(f"inference.vllm.servers has {len(v.servers)} entries for num_servers="
-                                     f"{v.num_servers}: give one per server (or none)")
+        raise UnsupportedConfigError(
+            f"inference.vllm.servers has {len(v.servers)} entries for num_servers="
+            f"{v.num_servers}: give one per server (or none)"
+        )
     if cfg.lora.enabled and v.max_lora_rank is not None and v.max_lora_rank < cfg.lora.rank:
-        raise UnsupportedConfigError(f"lora.rank={cfg.lora.rank} exceeds inference.vllm.max_lora_rank="
-                                     f"{v.max_lora_rank}, so the servers could not load the adapter: raise "
-                                     "inference.vllm.max_lora_rank (or drop it: it defaults to lora.rank)")
+        raise UnsupportedConfigError(
+            f"lora.rank={cfg.lora.rank} exceeds inference.vllm.max_lora_rank="
+            f"{v.max_lora_rank}, so the servers could not load the adapter: raise "
+            "inference.vllm.max_lora_rank (or drop it: it defaults to lora.rank)"
+        )
     if not cfg.lora.enabled and v.max_lora_rank is not None:
-        raise UnsupportedConfigError("inference.vllm.max_lora_rank applies to LoRA runs (lora.enabled=true): drop it")
+        raise UnsupportedConfigError(
+            "inference.vllm.max_lora_rank applies to LoRA runs (lora.enabled=true): drop it"
+        )
 
 
 def _check_dataset(cfg: TrainConfig) -> None:
@@ -166,9 +219,13 @@ def _check_dataset(cfg: TrainConfig) -> None:
         raise UnsupportedConfigError(f"data.task={d.task!r} is not a known dataset: {exc}") from None
     for key, split in (("train_split", d.train_split), ("test_split", d.test_split)):
         if split not in info.splits:
-            raise UnsupportedConfigError(f"data.{key}={split!r}: dataset {d.task!r} has splits {', '.join(info.splits)}")
+            raise UnsupportedConfigError(
+                f"data.{key}={split!r}: dataset {d.task!r} has splits {', '.join(info.splits)}"
+            )
     if d.reward is not None and d.reward not in reward_names():
-        raise UnsupportedConfigError(f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}")
+        raise UnsupportedConfigError(
+            f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}"
+        )
     if cfg.workflow.name != "frozenlake" and (d.reward or info.reward) is None:
         raise UnsupportedConfigError(f"dataset {d.task!r} names no reward: set data.reward")
     _check_sandbox(cfg, None if cfg.workflow.name == "frozenlake" else d.reward or info.reward)
@@ -187,5 +244,3 @@ def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:
             protections()
     except SandboxUnavailable as exc:
         raise UnsupportedConfigError(str(exc)) from None
-
-

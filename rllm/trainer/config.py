@@ -33,17 +33,22 @@ class LoraConfig(_Section):
     alpha: int = Field(64, gt=0, description="LoRA alpha; the update is scaled by alpha / rank.")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     target_modules: list[str] | str = Field(
-        "all-linear", description="Modules to adapt: 'all-linear' or a list of module names (e.g. [q_proj, v_proj])."
+        "all-linear",
+        description="Modules to adapt: 'all-linear' or a list of module names (e.g. [q_proj, v_proj]).",
     )
 
 
 class OptimConfig(_Section):
-    lr: float = Field(1e-3, gt=0, description="Peak learning rate of AdamW (1e-3 suits LoRA; use ~1e-5 for full fine-tune).")
+    lr: float = Field(
+        1e-3, gt=0, description="Peak learning rate of AdamW (1e-3 suits LoRA; use ~1e-5 for full fine-tune)."
+    )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
     beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
-    grad_clip: float | None = Field(1.0, gt=0, description="Clip the global gradient norm to this; null = off.")
+    grad_clip: float | None = Field(
+        1.0, gt=0, description="Clip the global gradient norm to this; null = off."
+    )
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps from 0 to lr.")
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="Learning-rate schedule after warm-up (decays to 0 at trainer.steps)."
@@ -51,39 +56,57 @@ class OptimConfig(_Section):
 
 
 class DistributedConfig(_Section):
-    world_size: int = Field(2, gt=0, description="Trainer ranks (Ray actors, one torch.distributed group, FSDP2 shards).")
+    world_size: int = Field(
+        2, gt=0, description="Trainer ranks (Ray actors, one torch.distributed group, FSDP2 shards)."
+    )
     ray_address: str | None = Field(
-        None, description="Ray cluster to join ('auto', or 'host:port' of its GCS); null starts a local cluster.",
+        None,
+        description="Ray cluster to join ('auto', or 'host:port' of its GCS); null starts a local cluster.",
     )
     cpus_per_rank: float = Field(1.0, gt=0, description="CPUs Ray reserves for each rank.")
     gpus_per_rank: float | None = Field(
-        None, ge=0, description="GPUs Ray reserves for each rank; null: 1 when backend.device is cuda, else 0.",
+        None,
+        ge=0,
+        description="GPUs Ray reserves for each rank; null: 1 when backend.device is cuda, else 0.",
     )
     placement: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
-        "PACK", description="Ray placement-group strategy for the ranks' bundles (PACK: as few nodes as possible).",
+        "PACK",
+        description="Ray placement-group strategy for the ranks' bundles (PACK: as few nodes as possible).",
     )
     comm: Literal["auto", "gloo", "nccl"] = Field(
-        "auto", description="torch.distributed backend: auto = nccl on cuda, gloo on cpu.",
+        "auto",
+        description="torch.distributed backend: auto = nccl on cuda, gloo on cpu.",
     )
     reshard_after_forward: bool = Field(
-        True, description="FSDP2: free gathered parameters after forward (ZeRO-3); false keeps them for backward (ZeRO-2).",
+        True,
+        description="FSDP2: free gathered parameters after forward (ZeRO-3); false keeps them for backward (ZeRO-2).",
     )
-    startup_timeout_s: float = Field(300.0, gt=0, description="Most seconds for the ranks to start and load the model.")
+    startup_timeout_s: float = Field(
+        300.0, gt=0, description="Most seconds for the ranks to start and load the model."
+    )
 
 
 class BackendConfig(_Section):
     name: Literal["local", "distributed"] = Field(
-        "local", description="Training backend: 'local' (PyTorch in this process) or 'distributed' (FSDP2 ranks "
+        "local",
+        description="Training backend: 'local' (PyTorch in this process) or 'distributed' (FSDP2 ranks "
         "placed by Ray; backend.distributed.*).",
     )
-    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'.")
+    device: str = Field(
+        "auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'."
+    )
     autocast: Literal["auto", "bf16", "none"] = Field(
         "auto", description="Mixed precision for forward/backward: 'auto' uses bf16 where supported."
     )
-    micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward pass (gradients accumulate).")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    micro_batch_size: int = Field(
+        16, gt=0, description="Sequences per forward/backward pass (gradients accumulate)."
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in backward to save memory."
+    )
     attn_implementation: Literal["auto", "eager", "sdpa"] = Field(
-        "auto", description="Attention kernel for training: 'auto' = eager on CPU (faster backward at RL lengths), sdpa on GPU."
+        "auto",
+        description="Attention kernel for training: 'auto' = eager on CPU (faster backward at RL lengths), sdpa on GPU.",
     )
     share_prefix: bool = Field(
         True,
@@ -100,50 +123,77 @@ class BackendConfig(_Section):
 
 class VLLMServerSettings(_Section):
     tensor_parallel_size: int | None = Field(None, gt=0, description="This server's tensor parallel size.")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="This server's GPU memory fraction.")
-    extra_args: list[str] | None = Field(None, description="This server's extra vLLM arguments (replace the pool's).")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="This server's GPU memory fraction."
+    )
+    extra_args: list[str] | None = Field(
+        None, description="This server's extra vLLM arguments (replace the pool's)."
+    )
     devices: str | None = Field(
-        None, description="This server's CUDA_VISIBLE_DEVICES (e.g. '4,5'), so servers and trainer ranks use "
+        None,
+        description="This server's CUDA_VISIBLE_DEVICES (e.g. '4,5'), so servers and trainer ranks use "
         "different GPUs of a node; null: inherited.",
     )
 
 
 class VLLMPoolConfig(_Section):
-    num_servers: int = Field(1, gt=0, description="vLLM servers to start (ignored in favour of urls when given).")
+    num_servers: int = Field(
+        1, gt=0, description="vLLM servers to start (ignored in favour of urls when given)."
+    )
     urls: list[str] = Field(
-        default_factory=list, description="Attach to these running vLLM servers instead of starting any "
+        default_factory=list,
+        description="Attach to these running vLLM servers instead of starting any "
         "(each must have been started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True for LoRA runs).",
     )
     tensor_parallel_size: int = Field(1, gt=0, description="Tensor parallel size of each started server.")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory fraction of each started server.")
-    max_lora_rank: int | None = Field(None, gt=0, description="--max-lora-rank of started servers; null: lora.rank.")
-    extra_args: list[str] = Field(default_factory=list, description="Extra vLLM command-line arguments for each server.")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="GPU memory fraction of each started server."
+    )
+    max_lora_rank: int | None = Field(
+        None, gt=0, description="--max-lora-rank of started servers; null: lora.rank."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="Extra vLLM command-line arguments for each server."
+    )
     servers: list[VLLMServerSettings] = Field(
-        default_factory=list, description="Per-server overrides, one entry per started server (length num_servers).",
+        default_factory=list,
+        description="Per-server overrides, one entry per started server (length num_servers).",
     )
     python: str | None = Field(
-        None, description="Python of the vLLM venv; null: $RLLM_VLLM_VENV/bin/python or .venv-vllm (scripts/setup_vllm.sh).",
+        None,
+        description="Python of the vLLM venv; null: $RLLM_VLLM_VENV/bin/python or .venv-vllm (scripts/setup_vllm.sh).",
     )
-    dtype: str = Field("float32", description="vLLM --dtype (float32 keeps its logprobs within ~5e-5 of the trainer's on CPU).")
+    dtype: str = Field(
+        "float32",
+        description="vLLM --dtype (float32 keeps its logprobs within ~5e-5 of the trainer's on CPU).",
+    )
     kvcache_space_gib: int = Field(2, gt=0, description="CPU build only: KV cache GiB per server.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Most seconds for a server to answer /health.")
     gateway_workers: int = Field(
-        1, gt=0, description="Gateway processes between the workflow engine and the servers (sessions are routed "
+        1,
+        gt=0,
+        description="Gateway processes between the workflow engine and the servers (sessions are routed "
         "to one by hash; they share one trace store).",
     )
     sync_dir: str | None = Field(
-        None, description="Directory the trainer writes synced adapters/weights to, read by the servers (a shared "
+        None,
+        description="Directory the trainer writes synced adapters/weights to, read by the servers (a shared "
         "filesystem on a cluster); null: run_dir/name/weight_sync.",
     )
 
 
 class InferenceConfig(_Section):
     engine: Literal["local", "vllm"] = Field(
-        "local", description="Inference engine for rollouts: 'local' (in-process PyTorch) or 'vllm' (a pool of vLLM "
+        "local",
+        description="Inference engine for rollouts: 'local' (in-process PyTorch) or 'vllm' (a pool of vLLM "
         "servers behind the gateway; inference.vllm.*).",
     )
-    dtype: str = Field("auto", description="Local engine weight dtype: auto (bf16 where native), bfloat16, float32.")
-    max_batch_rows: int = Field(128, gt=0, description="Local engine: most sequences decoded together in one batch.")
+    dtype: str = Field(
+        "auto", description="Local engine weight dtype: auto (bf16 where native), bfloat16, float32."
+    )
+    max_batch_rows: int = Field(
+        128, gt=0, description="Local engine: most sequences decoded together in one batch."
+    )
     vllm: VLLMPoolConfig = Field(default_factory=VLLMPoolConfig)
 
 
@@ -158,11 +208,15 @@ class RolloutConfig(_Section):
     timeout_s: float | None = Field(None, gt=0, description="Wall-clock limit per episode; null = none.")
     retries: int = Field(0, ge=0, description="Retries of a failed or timed-out episode.")
     max_staleness: int = Field(
-        0, ge=0, description="Most optimizer steps a trained sample's weight version may lag the policy (0: "
+        0,
+        ge=0,
+        description="Most optimizer steps a trained sample's weight version may lag the policy (0: "
         "on-policy); a batch with older samples is refused.",
     )
     gateway_batch_wait_ms: float = Field(
-        5.0, ge=0, description="@rllm.rollout flows only: how long the engine waits for more HTTP calls to join "
+        5.0,
+        ge=0,
+        description="@rllm.rollout flows only: how long the engine waits for more HTTP calls to join "
         "a batch (calls of concurrent episodes arrive a few ms apart).",
     )
 
@@ -170,18 +224,27 @@ class RolloutConfig(_Section):
 class FilterSettings(_Section):
     drop_zero_variance: bool = Field(True, description="Skip groups whose rewards are all equal (no signal).")
     drop_truncated: bool = Field(False, description="Skip episodes whose response hit max_tokens.")
-    drop_failed: bool = Field(True, description="Skip episodes that errored or timed out (they are still logged).")
+    drop_failed: bool = Field(
+        True, description="Skip episodes that errored or timed out (they are still logged)."
+    )
 
 
 class ShapingConfig(_Section):
     format_regex: str | None = Field(
-        None, description="Reward shaping: a regex every response must fully match (stripped) to earn format_bonus; "
+        None,
+        description="Reward shaping: a regex every response must fully match (stripped) to earn format_bonus; "
         "null = off.",
     )
-    format_bonus: float = Field(0.1, description="Added to a trajectory whose responses all match format_regex.")
-    format_penalty: float = Field(0.0, ge=0, description="Subtracted from a trajectory whose responses do not all match.")
+    format_bonus: float = Field(
+        0.1, description="Added to a trajectory whose responses all match format_regex."
+    )
+    format_penalty: float = Field(
+        0.0, ge=0, description="Subtracted from a trajectory whose responses do not all match."
+    )
     overlong_buffer: int = Field(
-        0, ge=0, description="DAPO soft overlong penalty: responses longer than rollout.max_tokens - overlong_buffer "
+        0,
+        ge=0,
+        description="DAPO soft overlong penalty: responses longer than rollout.max_tokens - overlong_buffer "
         "lose up to overlong_coef, linearly; 0 = off.",
     )
     overlong_coef: float = Field(1.0, ge=0, description="The overlong penalty at rollout.max_tokens.")
@@ -210,7 +273,8 @@ class AlgorithmConfig(_Section):
     gamma: float = Field(1.0, ge=0, le=1, description="per_step / per_state credit: discount per turn.")
     step_weight: float = Field(1.0, ge=0, description="per_state credit: weight of the step-level advantage.")
     merge_turns: bool = Field(
-        True, description="Train consecutive turns of a trajectory as one sequence when they extend each other "
+        True,
+        description="Train consecutive turns of a trajectory as one sequence when they extend each other "
         "token for token (the environment's tokens in between are masked out).",
     )
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
@@ -234,37 +298,49 @@ class WorkflowConfig(_Section):
     max_turns: int = Field(4, gt=0, description="tool_agent / frozenlake: most model turns per episode.")
     n_solvers: int = Field(2, ge=2, description="solver_judge: solvers per episode.")
     tools: list[Literal["calculator", "python"]] = Field(
-        default_factory=lambda: ["calculator"], description="tool_agent: built-in tools the agent may call.",
+        default_factory=lambda: ["calculator"],
+        description="tool_agent: built-in tools the agent may call.",
     )
     tool_timeout_s: float = Field(5.0, gt=0, description="tool_agent: time limit per tool call.")
     invalid_action_reward: float = Field(
-        0.0, description="frozenlake: step reward of a reply that names no valid action.",
+        0.0,
+        description="frozenlake: step reward of a reply that names no valid action.",
     )
     history_turns: int | None = Field(
-        None, ge=0, description="frozenlake: earlier (board, reply) exchanges kept in the prompt; "
+        None,
+        ge=0,
+        description="frozenlake: earlier (board, reply) exchanges kept in the prompt; "
         "null keeps the whole game, 0 shows only the current board.",
     )
 
 
 class DataConfig(_Section):
     task: str = Field(
-        "larger", description="Dataset to train on: built-in (larger, smaller, add, multiply, count_letter, "
+        "larger",
+        description="Dataset to train on: built-in (larger, smaller, add, multiply, count_letter, "
         "countdown, code_problems, frozenlake), registered, or pulled from the catalog (rllm dataset list).",
     )
     train_split: str = Field("train", description="Split of data.task to train on.")
     test_split: str = Field("test", description="Split of data.task for the held-out eval.")
-    train_size: int = Field(20000, gt=0, description="Most training tasks (a generated dataset makes this many).")
+    train_size: int = Field(
+        20000, gt=0, description="Most training tasks (a generated dataset makes this many)."
+    )
     test_size: int = Field(200, gt=0, description="Most held-out test tasks.")
-    reward: str | None = Field(None, description="Reward that scores replies (docs/rewards.md); null: the dataset's.")
+    reward: str | None = Field(
+        None, description="Reward that scores replies (docs/rewards.md); null: the dataset's."
+    )
     instruction: str = Field(
-        "auto", description="Appended to each question: auto (the answer format the reward reads, e.g. "
+        "auto",
+        description="Appended to each question: auto (the answer format the reward reads, e.g. "
         "\\boxed{} for math), '' (nothing), or your own text.",
     )
     system_prompt: str | None = Field(None, description="Optional system message before each question.")
 
 
 class EvalConfig(_Section):
-    every_steps: int = Field(8, ge=0, description="Greedy held-out eval every k steps (0 = only before/after).")
+    every_steps: int = Field(
+        8, ge=0, description="Greedy held-out eval every k steps (0 = only before/after)."
+    )
     before: bool = Field(True, description="Evaluate the initial model before training.")
     after: bool = Field(True, description="Evaluate the final model after training.")
     max_tokens: int = Field(32, gt=0, description="Most tokens per eval response.")
@@ -276,23 +352,31 @@ class TrainerConfig(_Section):
     run_dir: str = Field("runs", description="Parent directory of run directories.")
     name: str = Field("default", description="Run name; the run lives in run_dir/name.")
     resume: bool = Field(False, description="Continue from the latest checkpoint in the run directory.")
-    checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k steps (0 = only at the end).")
+    checkpoint_every: int = Field(
+        0, ge=0, description="Save a checkpoint every k steps (0 = only at the end)."
+    )
     keep_checkpoints: int = Field(2, gt=0, description="How many step checkpoints to keep.")
     loggers: list[Literal["console", "jsonl", "tensorboard", "wandb"]] = Field(
         default_factory=lambda: ["console", "jsonl"],
         description="Metric sinks: console, jsonl, tensorboard (needs rllm[tensorboard]), wandb (needs rllm[wandb]).",
     )
-    plot: bool = Field(True, description="Write metrics.png (reward/accuracy curves) at the end, if matplotlib is installed.")
+    plot: bool = Field(
+        True, description="Write metrics.png (reward/accuracy curves) at the end, if matplotlib is installed."
+    )
     store_enabled: bool = Field(
-        True, description="Record the run (config, metrics, sampled episodes with their tokens, status) in the run "
+        True,
+        description="Record the run (config, metrics, sampled episodes with their tokens, status) in the run "
         "store that `rllm ui` shows (docs/ui.md).",
     )
     store: str | None = Field(
-        None, description="Run store file (SQLite) shared by the runs of a workspace; null = $RLLM_STORE if set, "
+        None,
+        description="Run store file (SQLite) shared by the runs of a workspace; null = $RLLM_STORE if set, "
         "else run_dir/rllm.db.",
     )
     store_episodes_per_step: int = Field(
-        16, ge=0, description="Episodes recorded per step, spread evenly over the step's groups; every failed, "
+        16,
+        ge=0,
+        description="Episodes recorded per step, spread evenly over the step's groups; every failed, "
         "timed-out or truncated episode is recorded in addition.",
     )
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")

@@ -25,15 +25,21 @@ def build_engine(cfg: TrainConfig, model_path: str, *, run_dir: Path) -> Any:
         from rllm.inference.local import LocalEngine, pick_device
 
         return LocalEngine.from_pretrained(
-            model_path, device=str(pick_device(cfg.backend.device)), dtype=cfg.inference.dtype,
-            max_batch_rows=cfg.inference.max_batch_rows, seed=cfg.trainer.seed,
+            model_path,
+            device=str(pick_device(cfg.backend.device)),
+            dtype=cfg.inference.dtype,
+            max_batch_rows=cfg.inference.max_batch_rows,
+            seed=cfg.trainer.seed,
         )
     if name == "vllm":
         from rllm.inference.vllm_pool import VLLMPoolEngine, VLLMPoolError
         from rllm.trainer.backends.base import UnsupportedConfigError
 
         engine = VLLMPoolEngine.from_config(
-            cfg, model_path, trace_store_path=run_dir / "traces.db", sync_dir=run_dir / "weight_sync",
+            cfg,
+            model_path,
+            trace_store_path=run_dir / "traces.db",
+            sync_dir=run_dir / "weight_sync",
             log_dir=run_dir / "vllm_logs",
         )
         try:

@@ -76,8 +76,14 @@ def _query(model: type[BaseModel], request: Request) -> Any:
         raise BadQuery(f"bad query parameter: {problems}") from None
 
 
-def create_app(store_path: str | Path, *, static_dir: Path = STATIC_DIR, stale_after_s: float = STALE_AFTER_S,
-               poll_s: float = 0.5, keepalive_s: float = 10.0) -> Starlette:
+def create_app(
+    store_path: str | Path,
+    *,
+    static_dir: Path = STATIC_DIR,
+    stale_after_s: float = STALE_AFTER_S,
+    poll_s: float = 0.5,
+    keepalive_s: float = 10.0,
+) -> Starlette:
     """The UI's ASGI app over the store at ``store_path`` (which need not exist yet: no runs).
 
     ``poll_s`` / ``keepalive_s``: how often the metric stream looks for new points, and how long it stays
@@ -96,16 +102,19 @@ def create_app(store_path: str | Path, *, static_dir: Path = STATIC_DIR, stale_a
 
     def metrics(request: Request) -> Response:
         q = _query(MetricsQuery, request)
-        return JSONResponse(reader.metrics(request.path_params["run_id"], q.key_list, q.after_step,
-                                           q.max_points or None))
+        return JSONResponse(
+            reader.metrics(request.path_params["run_id"], q.key_list, q.after_step, q.max_points or None)
+        )
 
     async def metrics_stream(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         q = _query(MetricsQuery, request)
         await run_in_threadpool(reader.status, run_id)  # an unknown run is a 404, not an empty stream
-        return StreamingResponse(_metric_events(reader, run_id, q, poll_s, keepalive_s),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _metric_events(reader, run_id, q, poll_s, keepalive_s),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     def episodes(request: Request) -> Response:
         return JSONResponse(reader.episodes(request.path_params["run_id"], _query(EpisodeQuery, request)))
@@ -141,17 +150,21 @@ def create_app(store_path: str | Path, *, static_dir: Path = STATIC_DIR, stale_a
         Route("/api/{rest:path}", no_route),
         Mount("/", _SinglePageApp(static_dir)),
     ]
-    app = Starlette(routes=routes, exception_handlers={
-        NotFound: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=404),
-        BadQuery: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400),
-        StoreError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=500),
-    })
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            NotFound: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=404),
+            BadQuery: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400),
+            StoreError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=500),
+        },
+    )
     app.state.reader = reader
     return app
 
 
-async def _metric_events(reader: StoreReader, run_id: str, q: MetricsQuery, poll_s: float,
-                         keepalive_s: float) -> AsyncIterator[str]:
+async def _metric_events(
+    reader: StoreReader, run_id: str, q: MetricsQuery, poll_s: float, keepalive_s: float
+) -> AsyncIterator[str]:
     """Server-Sent Events: a ``data:`` event with the new points whenever there are any, a comment every
     ``keepalive_s`` of silence, and a final ``event: end`` once the run is no longer running."""
     after, silent_s = q.after_step, 0.0
@@ -194,4 +207,6 @@ class _SinglePageApp(StaticFiles):
             return await super().get_response("index.html", scope)
         return HTMLResponse(
             "<h1>rllm ui</h1><p>The front end is not installed (no rllm/ui/static/index.html); the JSON API is at "
-            "<a href='/api/runs'>/api/runs</a>.</p>", status_code=200)
+            "<a href='/api/runs'>/api/runs</a>.</p>",
+            status_code=200,
+        )

@@ -60,8 +60,13 @@ class GameResult:
 
 
 async def play(
-    env: Env, agent: Agent, chat: Callable[[list[dict[str, Any]]], Awaitable[str]], *, max_turns: int,
-    invalid_action_reward: float = 0.0, on_turn: Callable[[float, dict[str, Any]], None] | None = None,
+    env: Env,
+    agent: Agent,
+    chat: Callable[[list[dict[str, Any]]], Awaitable[str]],
+    *,
+    max_turns: int,
+    invalid_action_reward: float = 0.0,
+    on_turn: Callable[[float, dict[str, Any]], None] | None = None,
 ) -> GameResult:
     """Play one game: ``chat(agent.messages)`` gives the model's reply each turn, the agent turns it into an
     action, the environment answers, at most ``max_turns`` turns. ``on_turn(reward, info)`` is called after
@@ -88,7 +93,10 @@ async def play(
             result.total += float(last.reward)
             result.actions.append(action)
             if on_turn:
-                on_turn(float(last.reward), {"action": action if isinstance(action, (str, int, float)) else repr(action)})
+                on_turn(
+                    float(last.reward),
+                    {"action": action if isinstance(action, (str, int, float)) else repr(action)},
+                )
             agent.observe(last.observation, last.reward, last.done, last.info)
             if last.done:
                 result.reason = TerminationReason.ENV_DONE
@@ -108,8 +116,13 @@ class MultiTurnWorkflow:
     """
 
     def __init__(
-        self, env: type[Env] | EnvFactory, agent: Callable[[], Agent], *, max_turns: int = 8,
-        invalid_action_reward: float = 0.0, role: str = "default",
+        self,
+        env: type[Env] | EnvFactory,
+        agent: Callable[[], Agent],
+        *,
+        max_turns: int = 8,
+        invalid_action_reward: float = 0.0,
+        role: str = "default",
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -132,12 +145,21 @@ class MultiTurnWorkflow:
             step.reward = reward
             step.info.update(info)
 
-        game = await play(env, agent, chat, max_turns=self.max_turns,
-                          invalid_action_reward=self.invalid_action_reward, on_turn=on_turn)
+        game = await play(
+            env,
+            agent,
+            chat,
+            max_turns=self.max_turns,
+            invalid_action_reward=self.invalid_action_reward,
+            on_turn=on_turn,
+        )
         return Outcome(
             reward=game.total,
             is_correct=game.success,
             termination_reason=game.reason,
-            metrics={"env/turns": float(game.turns), "agent/invalid_actions": float(game.invalid),
-                     "env/done": float(game.reason == TerminationReason.ENV_DONE)},
+            metrics={
+                "env/turns": float(game.turns),
+                "agent/invalid_actions": float(game.invalid),
+                "env/done": float(game.reason == TerminationReason.ENV_DONE),
+            },
         )

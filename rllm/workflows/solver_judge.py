@@ -39,8 +39,14 @@ class SolverJudgeWorkflow:
     """``n_solvers`` solvers answer ``task["question"]``; a judge reads their answers and picks one."""
 
     def __init__(
-        self, n_solvers: int = 2, reward_fn: RewardFn = number_reward, *, solver_system_prompt: str | None = None,
-        judge_prompt: str = JUDGE_PROMPT, judge_max_tokens: int | None = None, instruction: str | None = None,
+        self,
+        n_solvers: int = 2,
+        reward_fn: RewardFn = number_reward,
+        *,
+        solver_system_prompt: str | None = None,
+        judge_prompt: str = JUDGE_PROMPT,
+        judge_max_tokens: int | None = None,
+        instruction: str | None = None,
     ) -> None:
         if n_solvers < 2:
             raise ValueError(f"a judge needs at least 2 solutions to pick from: n_solvers={n_solvers}")
@@ -68,8 +74,14 @@ class SolverJudgeWorkflow:
         rewards["judge"] = picked.reward
         correct = [bool(s.is_correct) for s in scores]
         return Outcome(
-            reward=picked.reward, is_correct=picked.is_correct, trajectory_rewards=rewards,
-            metrics={"solver/accuracy": sum(correct) / len(correct), "judge/accuracy": float(bool(picked.is_correct)),
-                     "judge/oracle": float(any(correct)), "judge/valid_pick": float(pick is not None)},
+            reward=picked.reward,
+            is_correct=picked.is_correct,
+            trajectory_rewards=rewards,
+            metrics={
+                "solver/accuracy": sum(correct) / len(correct),
+                "judge/accuracy": float(bool(picked.is_correct)),
+                "judge/oracle": float(any(correct)),
+                "judge/valid_pick": float(pick is not None),
+            },
             info={"answers": answers, "pick": pick},
         )

@@ -28,8 +28,14 @@ from rllm.types import TerminationReason
 from rllm.workflows.single_turn import RewardFn, number_reward, question_messages, score
 
 
-def worked_example(question: str, tool: str, arguments: dict[str, Any], result: str, answer: str,
-                   call_id: str = "call_example") -> list[dict[str, Any]]:
+def worked_example(
+    question: str,
+    tool: str,
+    arguments: dict[str, Any],
+    result: str,
+    answer: str,
+    call_id: str = "call_example",
+) -> list[dict[str, Any]]:
     """One solved question as chat messages: the question, a call to ``tool``, its result, the answer."""
     call = {"id": call_id, "type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}
     return [
@@ -50,9 +56,16 @@ class ToolAgentWorkflow:
     """
 
     def __init__(
-        self, tools: ToolRegistry | Sequence[Tool | Callable[..., Any]], reward_fn: RewardFn = number_reward, *,
-        system_prompt: str | None = None, examples: Sequence[dict[str, Any]] = (), max_turns: int = 4,
-        parser: str = "hermes", role: str = "default", instruction: str | None = None,
+        self,
+        tools: ToolRegistry | Sequence[Tool | Callable[..., Any]],
+        reward_fn: RewardFn = number_reward,
+        *,
+        system_prompt: str | None = None,
+        examples: Sequence[dict[str, Any]] = (),
+        max_turns: int = 4,
+        parser: str = "hermes",
+        role: str = "default",
+        instruction: str | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -68,8 +81,9 @@ class ToolAgentWorkflow:
         self.instruction = instruction
 
     def messages(self, task: dict[str, Any]) -> list[dict[str, Any]]:
-        return question_messages(task, system_prompt=self.system_prompt, instruction=self.instruction,
-                                 examples=self.examples)
+        return question_messages(
+            task, system_prompt=self.system_prompt, instruction=self.instruction, examples=self.examples
+        )
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         messages = self.messages(task)
@@ -90,9 +104,13 @@ class ToolAgentWorkflow:
             turn_results = [self.registry.malformed(e) for e in parsed.errors]
             turn_results += await self.registry.execute_all(parsed.tool_calls)
             results += turn_results
-            ctx.trajectories[self.role].steps[-1].info["tool_results"] = [r.model_dump() for r in turn_results]
+            ctx.trajectories[self.role].steps[-1].info["tool_results"] = [
+                r.model_dump() for r in turn_results
+            ]
             for r in turn_results:
-                messages.append({"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.content})
+                messages.append(
+                    {"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.content}
+                )
         outcome = await score(self.reward_fn, task, answer)
         outcome.termination_reason = reason
         outcome.metrics.update(tool_metrics(results))

@@ -21,7 +21,9 @@ def _arr(*xs: float) -> np.ndarray:
 def test_grpo_normalises_by_sample_std():
     # mean = 0.5, sample std = sqrt(4 * 0.25 / (4 - 1)) = 1/sqrt(3)  ->  ±0.5 * sqrt(3) = ±0.866
     (adv,) = grpo([_arr(1, 0, 0, 1)])
-    np.testing.assert_allclose(adv, [0.5 * np.sqrt(3), -0.5 * np.sqrt(3), -0.5 * np.sqrt(3), 0.5 * np.sqrt(3)], rtol=1e-5)
+    np.testing.assert_allclose(
+        adv, [0.5 * np.sqrt(3), -0.5 * np.sqrt(3), -0.5 * np.sqrt(3), 0.5 * np.sqrt(3)], rtol=1e-5
+    )
 
 
 def test_grpo_can_normalise_by_population_std():

@@ -101,13 +101,43 @@ def test_turns_that_do_not_extend_stay_separate_rows() -> None:
 
 
 def test_format_bonus_and_overlong_penalty() -> None:
-    ok = Episode(task_id="t", reward=1.0, trajectories=[Trajectory(reward=1.0, steps=[
-        Step(prompt_ids=[1], response_ids=[5] * 10, logprobs=[0.0] * 10, response_text=" 42 ", reward=1.0)])])
-    bad = Episode(task_id="t", reward=0.0, trajectories=[Trajectory(reward=0.0, steps=[
-        Step(prompt_ids=[1], response_ids=[5] * 14, logprobs=[0.0] * 14, response_text="It is 42")])])
-    failed = Episode(task_id="t", termination_reason=TerminationReason.ERROR, trajectories=[Trajectory(reward=0.0)])
-    apply_shaping([ok, bad, failed], [format_bonus(r"\d+", bonus=0.2, penalty=0.1),
-                                      overlong_penalty(max_tokens=16, buffer=8, coef=0.5)])
+    ok = Episode(
+        task_id="t",
+        reward=1.0,
+        trajectories=[
+            Trajectory(
+                reward=1.0,
+                steps=[
+                    Step(
+                        prompt_ids=[1],
+                        response_ids=[5] * 10,
+                        logprobs=[0.0] * 10,
+                        response_text=" 42 ",
+                        reward=1.0,
+                    )
+                ],
+            )
+        ],
+    )
+    bad = Episode(
+        task_id="t",
+        reward=0.0,
+        trajectories=[
+            Trajectory(
+                reward=0.0,
+                steps=[
+                    Step(prompt_ids=[1], response_ids=[5] * 14, logprobs=[0.0] * 14, response_text="It is 42")
+                ],
+            )
+        ],
+    )
+    failed = Episode(
+        task_id="t", termination_reason=TerminationReason.ERROR, trajectories=[Trajectory(reward=0.0)]
+    )
+    apply_shaping(
+        [ok, bad, failed],
+        [format_bonus(r"\d+", bonus=0.2, penalty=0.1), overlong_penalty(max_tokens=16, buffer=8, coef=0.5)],
+    )
     # ok: +0.2 format, length 10 is 2 past 16-8 -> -0.5 * 2/8
     assert ok.trajectories[0].reward == pytest.approx(1.0 + 0.2 - 0.125)
     assert ok.trajectories[0].steps[-1].reward == pytest.approx(1.0 + 0.2 - 0.125)
@@ -128,10 +158,16 @@ def test_per_state_credit_compares_steps_that_saw_the_same_state() -> None:
     # that wins on its second move. A fourth reaches board [2] too and then falls in.
     win = Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
     hole = Episode(task_id="t", reward=0.0, trajectories=[Trajectory(steps=[_move([1], 0.0)], reward=0.0)])
-    detour = Episode(task_id="t", reward=1.0,
-                     trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 1.0)], reward=1.0)])
-    lost = Episode(task_id="t", reward=0.0,
-                   trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 0.0)], reward=0.0)])
+    detour = Episode(
+        task_id="t",
+        reward=1.0,
+        trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 1.0)], reward=1.0)],
+    )
+    lost = Episode(
+        task_id="t",
+        reward=0.0,
+        trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 0.0)], reward=0.0)],
+    )
     groups = group_episodes([win, hole, detour, lost])
     assert state_groups(groups[0]) == [[0, 1, 2, 4], [3, 5]]
     compute_advantages(groups, "grpo", credit="per_state", gamma=0.3, step_weight=0.5, norm_std=False)
@@ -143,8 +179,12 @@ def test_per_state_credit_compares_steps_that_saw_the_same_state() -> None:
     got = [[s.advantage for s in e.trajectories[0].steps] for e in (win, hole, detour, lost)]
     assert got[0] == pytest.approx([episode_adv[0] + 0.5 * start_adv[0]])
     assert got[1] == pytest.approx([episode_adv[1] + 0.5 * start_adv[1]])
-    assert got[2] == pytest.approx([episode_adv[2] + 0.5 * start_adv[2], episode_adv[2] + 0.5 * board2_adv[0]])
-    assert got[3] == pytest.approx([episode_adv[3] + 0.5 * start_adv[3], episode_adv[3] + 0.5 * board2_adv[1]])
+    assert got[2] == pytest.approx(
+        [episode_adv[2] + 0.5 * start_adv[2], episode_adv[2] + 0.5 * board2_adv[0]]
+    )
+    assert got[3] == pytest.approx(
+        [episode_adv[3] + 0.5 * start_adv[3], episode_adv[3] + 0.5 * board2_adv[1]]
+    )
     # The detour's first move beats the hole at the same board, though its return is below the group's mean
     # step return (per_step credit would have called it a bad move).
     assert got[2][0] > got[1][0]
@@ -162,15 +202,22 @@ def test_per_state_credit_gives_a_state_seen_once_only_the_episode_level() -> No
 
 
 def test_per_state_filter_signal_is_zero_only_when_neither_level_learns() -> None:
-    same = [Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
-            for _ in range(3)]
+    same = [
+        Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
+        for _ in range(3)
+    ]
     kept, _ = filter_groups(group_episodes(same), FilterConfig(), signal=lambda g: state_signal(g, 0.9))
     assert kept == []
     # Equal outcomes, but at the same start one attempt won at once and one took two moves: step-level signal.
     fast = Episode(task_id="t", reward=1.0, trajectories=[Trajectory(steps=[_move([1], 1.0)], reward=1.0)])
-    slow = Episode(task_id="t", reward=1.0,
-                   trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 1.0)], reward=1.0)])
-    kept, _ = filter_groups(group_episodes([fast, slow]), FilterConfig(), signal=lambda g: state_signal(g, 0.9))
+    slow = Episode(
+        task_id="t",
+        reward=1.0,
+        trajectories=[Trajectory(steps=[_move([1], 0.0), _move([2], 1.0)], reward=1.0)],
+    )
+    kept, _ = filter_groups(
+        group_episodes([fast, slow]), FilterConfig(), signal=lambda g: state_signal(g, 0.9)
+    )
     assert len(kept) == 1
     with pytest.raises(ValueError, match="step_weight"):
         compute_advantages(kept, "grpo", credit="per_state", step_weight=-1.0)

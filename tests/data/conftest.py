@@ -47,8 +47,14 @@ print(json.dumps(results))
 def run_code_tests(solution: str, ground_truth: dict[str, Any], timeout_s: float = 30.0) -> list[bool]:
     """Whether each test of a code ground truth passes with ``solution``."""
     spec = {"solution": solution, **ground_truth}
-    result = subprocess.run([sys.executable, "-c", _HARNESS], input=json.dumps(spec), capture_output=True,
-                            text=True, timeout=timeout_s, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _HARNESS],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

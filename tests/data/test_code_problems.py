@@ -44,8 +44,10 @@ def test_reference_solution_passes(slug: str, code_runner: Callable) -> None:
 def test_wrong_solutions_fail(code_runner: Callable) -> None:
     problem = BY_SLUG["roman_to_int"]
     truth = {"tests": list(problem.tests), "entry_point": problem.entry_point}
-    naive = "def roman_to_int(s):\n    v = {'I': 1, 'V': 5, 'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}\n" \
-            "    return sum(v[c] for c in s)\n"
+    naive = (
+        "def roman_to_int(s):\n    v = {'I': 1, 'V': 5, 'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}\n"
+        "    return sum(v[c] for c in s)\n"
+    )
     assert code_runner(naive, truth) == [True, False, False, True, False, False]
     problem = BY_SLUG["collatz_steps"]
     truth = {"tests": list(problem.tests), "entry_point": None}
@@ -53,7 +55,9 @@ def test_wrong_solutions_fail(code_runner: Callable) -> None:
 
 
 def test_reference_solutions_pass_the_code_reward() -> None:
-    code = pytest.importorskip("rllm.rewards.code", reason="rllm.rewards.code (the code reward) is not written yet")
+    code = pytest.importorskip(
+        "rllm.rewards.code", reason="rllm.rewards.code (the code reward) is not written yet"
+    )
     tasks = code_problem_tasks("train") + code_problem_tasks("test")
     replies = [f"Here you go:\n```python\n{task['metadata']['reference_solution']}```" for task in tasks]
     wrong = [(task, "```python\nprint('no')\n```") for task in tasks[::8]]
@@ -64,4 +68,4 @@ def test_reference_solutions_pass_the_code_reward() -> None:
     results = asyncio.run(grade_all())
     for task, result in zip(tasks, results):
         assert result.is_correct, (task["task_id"], result.info)
-    assert not any(result.is_correct for result in results[len(tasks):])
+    assert not any(result.is_correct for result in results[len(tasks) :])

@@ -49,12 +49,31 @@ def test_list_shows_builtin_local_and_catalog(capsys, tmp_path: Path) -> None:
 def test_register_inspect_remove(capsys, tmp_path: Path, datasets_dir: Path) -> None:
     path = tmp_path / "qa.csv"
     path.write_text("q,a,level\nWho wrote Hamlet?,Shakespeare,1\nCapital of France?,Paris,2\n")
-    code, out, _ = run(capsys, "register", "trivia", str(path), "--split", "test", "--reward", "exact_match",
-                       "--question-key", "q", "--answer-key", "a", "--description", "two questions")
+    code, out, _ = run(
+        capsys,
+        "register",
+        "trivia",
+        str(path),
+        "--split",
+        "test",
+        "--reward",
+        "exact_match",
+        "--question-key",
+        "q",
+        "--answer-key",
+        "a",
+        "--description",
+        "two questions",
+    )
     assert code == 0 and out.strip() == f"trivia: test=2 -> {datasets_dir / 'trivia'}"
     rows = DatasetRegistry().load("trivia", "test")
-    assert rows[1] == {"task_id": "trivia-test-1", "question": "Capital of France?", "ground_truth": "Paris",
-                       "data_source": "trivia", "metadata": {"level": "2"}}
+    assert rows[1] == {
+        "task_id": "trivia-test-1",
+        "question": "Capital of France?",
+        "ground_truth": "Paris",
+        "data_source": "trivia",
+        "metadata": {"level": "2"},
+    }
 
     code, out, _ = run(capsys, "inspect", "trivia", "-n", "1")
     assert code == 0
@@ -81,10 +100,22 @@ def test_register_errors(capsys, tmp_path: Path) -> None:
     path.write_text(json.dumps({"prompt_text": "q", "label": "a"}) + "\n")
     code, _, err = run(capsys, "register", "d", str(path))
     assert code == 1 and "name it with --question-key" in err
-    code, _, err = run(capsys, "register", "d", str(path), "--question-key", "prompt_text", "--answer-key", "label",
-                       "--reward", "nope")
+    code, _, err = run(
+        capsys,
+        "register",
+        "d",
+        str(path),
+        "--question-key",
+        "prompt_text",
+        "--answer-key",
+        "label",
+        "--reward",
+        "nope",
+    )
     assert code == 1 and "unknown reward 'nope'" in err
-    code, _, err = run(capsys, "register", "add", str(path), "--question-key", "prompt_text", "--answer-key", "label")
+    code, _, err = run(
+        capsys, "register", "add", str(path), "--question-key", "prompt_text", "--answer-key", "label"
+    )
     assert code == 1 and "'add' is a built-in dataset" in err
 
 
@@ -96,7 +127,11 @@ def test_pull(capsys, monkeypatch, tmp_path: Path, datasets_dir: Path) -> None:
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     code, _, err = run(capsys, "pull", "math500")
-    assert code == 1 and "the Hugging Face hub is unreachable" in err and "rllm dataset register math500 FILE" in err
+    assert (
+        code == 1
+        and "the Hugging Face hub is unreachable" in err
+        and "rllm dataset register math500 FILE" in err
+    )
     code, _, err = run(capsys, "pull", "add")
     assert code == 0 and "add is built-in" in err
     code, _, err = run(capsys, "pull", "nope")
@@ -105,8 +140,19 @@ def test_pull(capsys, monkeypatch, tmp_path: Path, datasets_dir: Path) -> None:
     assert code == 1 and "--file takes SPLIT=PATH" in err
 
     path = tmp_path / "test.jsonl"
-    path.write_text(json.dumps({"problem": "What is $1+1$?", "solution": "$\\boxed{2}$", "answer": "2",
-                                "subject": "Prealgebra", "level": 1, "unique_id": "test/prealgebra/1.json"}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "problem": "What is $1+1$?",
+                "solution": "$\\boxed{2}$",
+                "answer": "2",
+                "subject": "Prealgebra",
+                "level": 1,
+                "unique_id": "test/prealgebra/1.json",
+            }
+        )
+        + "\n"
+    )
     code, out, _ = run(capsys, "pull", "math500", "--file", f"test={path}")
     assert code == 0 and out.strip() == f"math500: test=1 -> {datasets_dir / 'math500'}"
     assert DatasetRegistry().load("math500", "test")[0]["task_id"] == "test/prealgebra/1.json"
@@ -114,10 +160,20 @@ def test_pull(capsys, monkeypatch, tmp_path: Path, datasets_dir: Path) -> None:
 
 def test_pull_offline_in_a_subprocess(tmp_path: Path) -> None:
     """The installed entry point end to end, with the real ``datasets`` offline (HF_HUB_OFFLINE=1)."""
-    env = {**os.environ, "RLLM_DATASETS_DIR": str(tmp_path / "datasets"), "HF_HUB_OFFLINE": "1",
-           "HF_HOME": str(tmp_path / "hf")}
-    result = subprocess.run([sys.executable, "-m", "rllm", "dataset", "pull", "gsm8k"], env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        **os.environ,
+        "RLLM_DATASETS_DIR": str(tmp_path / "datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "rllm", "dataset", "pull", "gsm8k"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr
     assert "error: could not load huggingface:openai/gsm8k (main)" in result.stderr
     assert "the Hugging Face hub is unreachable" in result.stderr

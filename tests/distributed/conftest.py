@@ -34,7 +34,9 @@ def require_ray() -> Any:
         import ray
     except ImportError:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("Ray is not installed, and CI's distributed tier needs it: bash scripts/setup.sh distributed")
+            pytest.fail(
+                "Ray is not installed, and CI's distributed tier needs it: bash scripts/setup.sh distributed"
+            )
         pytest.skip("Ray is not installed: bash scripts/setup.sh distributed", allow_module_level=True)
     return ray
 

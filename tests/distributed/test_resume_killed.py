@@ -23,7 +23,11 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 import resume_job
 
-DIST = ("backend.name=distributed", "backend.distributed.world_size=2", "backend.distributed.startup_timeout_s=120")
+DIST = (
+    "backend.name=distributed",
+    "backend.distributed.world_size=2",
+    "backend.distributed.startup_timeout_s=120",
+)
 _TIMING = ("time", "time/", "perf/")
 
 
@@ -50,15 +54,28 @@ def _ray_processes(pattern: str = "raylet|gcs_server|ray::") -> list[str]:
 
 def test_killed_distributed_trainer_resumes_exactly(tiny_model_dir: Path, tmp_path: Path) -> None:
     require_ray()
-    assert not _wait_for_no_ray(120), "another Ray cluster runs on this machine; this test checks for leftovers"
+    assert not _wait_for_no_ray(120), (
+        "another Ray cluster runs on this machine; this test checks for leftovers"
+    )
     a = tmp_path / "a"
     resume_job.run(str(tiny_model_dir), str(a), *DIST)
 
     b = tmp_path / "b"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS.parent), resume_job.DIE_IN_CHECKPOINT: "4"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(TESTS.parent),
+        resume_job.DIE_IN_CHECKPOINT: "4",
+    }
     with (tmp_path / "killed.log").open("w") as out:
-        proc = subprocess.run([sys.executable, str(TESTS / "resume_job.py"), str(tiny_model_dir), str(b), *DIST],
-                              stdout=out, stderr=subprocess.STDOUT, env=env, timeout=300, check=False)
+        proc = subprocess.run(
+            [sys.executable, str(TESTS / "resume_job.py"), str(tiny_model_dir), str(b), *DIST],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=300,
+            check=False,
+        )
     assert proc.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
     run = b / "job"
     assert [r["step"] for r in _lines(run)] == [1, 2, 3, 4]
@@ -68,7 +85,9 @@ def test_killed_distributed_trainer_resumes_exactly(tiny_model_dir: Path, tmp_pa
     deadline = time.monotonic() + 30
     while _ray_processes("raylet|gcs_server|ray::FSDPRank") and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _ray_processes("raylet|gcs_server|ray::FSDPRank"), "the killed driver's Ray processes outlived it"
+    assert not _ray_processes("raylet|gcs_server|ray::FSDPRank"), (
+        "the killed driver's Ray processes outlived it"
+    )
 
     resume_job.run(str(tiny_model_dir), str(b), "trainer.resume=true", *DIST)
     assert [r["step"] for r in _lines(run)] == [1, 2, 3, 4]
@@ -86,14 +105,33 @@ def test_sigterm_stops_the_run_and_everything_it_started(tiny_model_dir: Path, t
     """A scheduler's cancel (SIGTERM to `rllm train`) unwinds the trainer: its Ray cluster and rank actors stop
     with it, where the default SIGTERM action would leave them (and vLLM servers) running."""
     require_ray()
-    assert not _wait_for_no_ray(120), "another Ray cluster runs on this machine; this test checks for leftovers"
+    assert not _wait_for_no_ray(120), (
+        "another Ray cluster runs on this machine; this test checks for leftovers"
+    )
     log = tmp_path / "train.log"
-    cmd = [sys.executable, "-m", "rllm", "train", f"model.path={tiny_model_dir}", f"trainer.run_dir={tmp_path}",
-           "trainer.steps=1000", "rollout.max_tokens=4", "eval.before=false", "backend.device=cpu", *DIST]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllm",
+        "train",
+        f"model.path={tiny_model_dir}",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.steps=1000",
+        "rollout.max_tokens=4",
+        "eval.before=false",
+        "backend.device=cpu",
+        *DIST,
+    ]
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        )
         deadline = time.monotonic() + 240
-        while "distributed backend:" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+        while (
+            "distributed backend:" not in log.read_text()
+            and time.monotonic() < deadline
+            and proc.poll() is None
+        ):
             time.sleep(0.5)
         assert proc.poll() is None and _ray_processes(), log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)

@@ -54,9 +54,15 @@ def test_tasks_train_and_test_are_disjoint_and_deterministic():
 
     task = test[0]
     meta = task["metadata"]
-    assert task["data_source"] == "builtin/frozenlake" and meta["size"] == 3 and test[1]["metadata"]["size"] == 4
+    assert (
+        task["data_source"] == "builtin/frozenlake" and meta["size"] == 3 and test[1]["metadata"]["size"] == 4
+    )
     assert meta["grid"] == generate_map(meta["size"], meta["p_frozen"], meta["seed"])
-    assert task["ground_truth"] == meta["shortest_path"] == shortest_path_length(FrozenLakeEnv.from_task(task).grid)
+    assert (
+        task["ground_truth"]
+        == meta["shortest_path"]
+        == shortest_path_length(FrozenLakeEnv.from_task(task).grid)
+    )
     with pytest.raises(ValueError, match="split"):
         frozenlake_tasks("val", 1)
 
@@ -171,7 +177,10 @@ def test_from_task_ignores_bookkeeping_keys():
     task = {"task_id": "x", "size": 5, "p_frozen": 0.8, "seed": 9, "data_source": "d", "shortest_path": 3}
     assert FrozenLakeEnv.from_task(task).grid == generate_map(5, 0.8, 9)
     assert FrozenLakeEnv.from_task({**task, "max_steps": 4}).max_steps == 4
-    row = {"task_id": "y", "metadata": {"grid": ["SF", "HG"], "max_steps": 2}}  # the schema row's place for them
+    row = {
+        "task_id": "y",
+        "metadata": {"grid": ["SF", "HG"], "max_steps": 2},
+    }  # the schema row's place for them
     env = FrozenLakeEnv.from_task(row)
     assert env.grid == ["SF", "HG"] and env.max_steps == 2
     with pytest.raises(ValueError, match="'z' names no map"):

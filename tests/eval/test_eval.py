@@ -60,19 +60,28 @@ def test_spec_refuses_greedy_pass_at_k(tmp_path: Path) -> None:
 
 
 def _spec(tmp_path: Path, model: Path, **kw) -> EvalSpec:
-    defaults = {"dataset": "larger", "output": tmp_path / "larger.jsonl", "model": str(model), "max_tokens": 8,
-                    "device": "cpu", "dtype": "float32"}
+    defaults = {
+        "dataset": "larger",
+        "output": tmp_path / "larger.jsonl",
+        "model": str(model),
+        "max_tokens": 8,
+        "device": "cpu",
+        "dtype": "float32",
+    }
     return EvalSpec(**{**defaults, **kw})
 
 
-def test_eval_writes_rows_that_reload_and_resumes_without_redoing(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_eval_writes_rows_that_reload_and_resumes_without_redoing(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
     tasks = make_tasks("larger", "test", 5)
     flow, grade = chat_flow(), reward_evaluator(number_reward)
     spec = _spec(tmp_path, tiny_model_dir, k=2, max_examples=5)
     summary = run_eval(spec, tasks, flow, grade, show_progress=False)
     rows = load_results(spec.output)
     assert len(rows) == 10 and {(r["task_id"], r["sample"]) for r in rows} == {
-        (t["task_id"], s) for t in tasks for s in (0, 1)}
+        (t["task_id"], s) for t in tasks for s in (0, 1)
+    }
     assert all(r["error"] is None and isinstance(r["output"], str) for r in rows)
     for r in rows:  # each row's verdict is the reward's verdict on the stored reply
         task = next(t for t in tasks if t["task_id"] == r["task_id"])
@@ -83,18 +92,23 @@ def test_eval_writes_rows_that_reload_and_resumes_without_redoing(tiny_model_dir
     assert spec.output.with_suffix(".traces.db").exists()  # every call went through the gateway
 
     # Asking for more samples resumes: only the new ones run, the old rows are kept as they were.
-    again = run_eval(_spec(tmp_path, tiny_model_dir, k=2, n=3, temperature=0.6), tasks, flow, grade,
-                     show_progress=False)
+    again = run_eval(
+        _spec(tmp_path, tiny_model_dir, k=2, n=3, temperature=0.6), tasks, flow, grade, show_progress=False
+    )
     rows2 = load_results(spec.output)
     assert rows2[:10] == rows and len(rows2) == 15 and {r["sample"] for r in rows2[10:]} == {2}
     assert again.samples_per_item == 3 and set(again.pass_at) == {1, 2, 3}
 
     # Nothing left to do: no new rows.
-    run_eval(_spec(tmp_path, tiny_model_dir, k=2, n=3, temperature=0.6), tasks, flow, grade, show_progress=False)
+    run_eval(
+        _spec(tmp_path, tiny_model_dir, k=2, n=3, temperature=0.6), tasks, flow, grade, show_progress=False
+    )
     assert load_results(spec.output) == rows2
     # Another eval's file is refused, not mixed in; --no-resume starts over.
     with pytest.raises(ValueError, match="another eval"):
-        run_eval(_spec(tmp_path, tiny_model_dir, k=2, temperature=0.9), tasks, flow, grade, show_progress=False)
+        run_eval(
+            _spec(tmp_path, tiny_model_dir, k=2, temperature=0.9), tasks, flow, grade, show_progress=False
+        )
     run_eval(_spec(tmp_path, tiny_model_dir, resume=False), tasks, flow, grade, show_progress=False)
     assert len(load_results(spec.output)) == 5
 
@@ -120,12 +134,31 @@ def test_failed_samples_are_recorded_then_rerun(tiny_model_dir: Path, tmp_path: 
 
 def test_killed_eval_resumes_without_redoing_finished_samples(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "killed.jsonl"
-    cmd = [sys.executable, "-m", "rllm", "eval", "larger", "--model", str(tiny_model_dir), "--max-examples", "40",
-           "--max-tokens", "48", "--concurrency", "1", "--device", "cpu", "--dtype", "float32",
-           "--output", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllm",
+        "eval",
+        "larger",
+        "--model",
+        str(tiny_model_dir),
+        "--max-examples",
+        "40",
+        "--max-tokens",
+        "48",
+        "--concurrency",
+        "1",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--output",
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
@@ -144,8 +177,24 @@ def test_killed_eval_resumes_without_redoing_finished_samples(tiny_model_dir: Pa
 
 def test_cli_prints_accuracy_and_pass_at_k(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "cli.jsonl"
-    code = main(["eval", "larger", "--model", str(tiny_model_dir), "--max-examples", "3", "--k", "2",
-                 "--max-tokens", "8", "--device", "cpu", "--output", str(out)])
+    code = main(
+        [
+            "eval",
+            "larger",
+            "--model",
+            str(tiny_model_dir),
+            "--max-examples",
+            "3",
+            "--k",
+            "2",
+            "--max-tokens",
+            "8",
+            "--device",
+            "cpu",
+            "--output",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert "accuracy" in printed and "pass@2" in printed and "mean@2" in printed
@@ -157,8 +206,21 @@ def test_cli_errors_say_what_to_fix(tmp_path: Path, capsys) -> None:
     assert "no-such-dataset" in capsys.readouterr().err
     assert main(["eval", "larger", "--base-url", "http://127.0.0.1:9/v1"]) == 2
     assert "--model" in capsys.readouterr().err
-    assert main(["eval", "larger", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
-                 "--output", str(tmp_path / "y.jsonl")]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "larger",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+                "--output",
+                str(tmp_path / "y.jsonl"),
+            ]
+        )
+        == 2
+    )
     assert "no OpenAI-compatible server answers" in capsys.readouterr().err
 
 
@@ -173,8 +235,22 @@ def test_eval_against_an_openai_compatible_url(tiny_model_dir: Path, tmp_path: P
     store = TraceStore(tmp_path / "server.db")
     with GatewayServer(create_app(engine, store, model_name="tiny")) as server:
         out = tmp_path / "remote.jsonl"
-        code = main(["eval", "larger", "--base-url", f"{server.url}/v1", "--model", "tiny", "--max-examples", "3",
-                     "--max-tokens", "8", "--output", str(out)])
+        code = main(
+            [
+                "eval",
+                "larger",
+                "--base-url",
+                f"{server.url}/v1",
+                "--model",
+                "tiny",
+                "--max-examples",
+                "3",
+                "--max-tokens",
+                "8",
+                "--output",
+                str(out),
+            ]
+        )
         assert code == 0, capsys.readouterr().err
         served = store.query(TraceQuery(limit=100))
     rows = load_results(out)
@@ -197,9 +273,26 @@ def test_user_flow_and_evaluator_from_a_file(tiny_model_dir: Path, tmp_path: Pat
         "    return rllm.EvalResult(reward=1.0, is_correct=True, info={'len': len(episode.info['output'])})\n"
     )
     out = tmp_path / "user.jsonl"
-    code = main(["eval", "larger", "--model", str(tiny_model_dir), "--max-examples", "2", "--max-tokens", "8",
-                 "--device", "cpu", "--flow", f"{agent}:solve", "--evaluator", f"{agent}:always_right",
-                 "--output", str(out)])
+    code = main(
+        [
+            "eval",
+            "larger",
+            "--model",
+            str(tiny_model_dir),
+            "--max-examples",
+            "2",
+            "--max-tokens",
+            "8",
+            "--device",
+            "cpu",
+            "--flow",
+            f"{agent}:solve",
+            "--evaluator",
+            f"{agent}:always_right",
+            "--output",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     rows = load_results(out)
     assert [r["is_correct"] for r in rows] == [True, True] and all("len" in r["info"] for r in rows)
@@ -207,8 +300,13 @@ def test_user_flow_and_evaluator_from_a_file(tiny_model_dir: Path, tmp_path: Pat
 
 def test_frozenlake_eval_plays_the_maps(tiny_model_dir: Path, tmp_path: Path) -> None:
     tasks = make_tasks("frozenlake", "test", 4)
-    summary = run_eval(_spec(tmp_path, tiny_model_dir, dataset="frozenlake", output=tmp_path / "fl.jsonl"),
-                       tasks, frozenlake_flow(), None, show_progress=False)
+    summary = run_eval(
+        _spec(tmp_path, tiny_model_dir, dataset="frozenlake", output=tmp_path / "fl.jsonl"),
+        tasks,
+        frozenlake_flow(),
+        None,
+        show_progress=False,
+    )
     rows = load_results(tmp_path / "fl.jsonl")
     assert summary.items == 4 and summary.failed == 0
     for r in rows:
@@ -216,14 +314,37 @@ def test_frozenlake_eval_plays_the_maps(tiny_model_dir: Path, tmp_path: Path) ->
 
 
 def test_frozenlake_game_options_reach_the_game_and_are_refused_elsewhere(
-    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "fl2.jsonl"
-    code = main(["eval", "frozenlake", "--model", str(tiny_model_dir), "--max-examples", "3", "--max-tokens", "4",
-                 "--device", "cpu", "--max-turns", "2", "--history-turns", "all", "--output", str(out), "--no-store"])
+    code = main(
+        [
+            "eval",
+            "frozenlake",
+            "--model",
+            str(tiny_model_dir),
+            "--max-examples",
+            "3",
+            "--max-tokens",
+            "4",
+            "--device",
+            "cpu",
+            "--max-turns",
+            "2",
+            "--history-turns",
+            "all",
+            "--output",
+            str(out),
+            "--no-store",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert all(1 <= len(r["info"]["moves"]) <= 2 for r in load_results(out))
     code = main(["eval", "larger", "--model", str(tiny_model_dir), "--max-turns", "2", "--no-store"])
     assert code == 2 and "--max-turns" in capsys.readouterr().err
-    code = main(["eval", "frozenlake", "--model", str(tiny_model_dir), "--history-turns", "some", "--no-store"])
+    code = main(
+        ["eval", "frozenlake", "--model", str(tiny_model_dir), "--history-turns", "some", "--no-store"]
+    )
     assert code == 2 and "--history-turns takes a whole number or 'all'" in capsys.readouterr().err

@@ -26,8 +26,9 @@ class GatewayFixture:
         return f"{self.url}/v1" if session is None else f"{self.url}/sessions/{session}/v1"
 
     def http(self, method: str, path: str, **kwargs: object) -> httpx.Response:
-        return httpx.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {API_KEY}"},
-                             timeout=60, **kwargs)  # type: ignore[arg-type]
+        return httpx.request(
+            method, f"{self.url}{path}", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60, **kwargs
+        )  # type: ignore[arg-type]
 
     def traces(self, session: str) -> list[dict]:
         r = self.http("GET", f"/sessions/{session}/traces")

@@ -23,7 +23,10 @@ def _decode(server: _Server, ids: list[int]) -> str:
 
 def test_chat_completion_trace_is_token_faithful(server: _Server) -> None:
     resp = server.client("chat-1").chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Hi there"}], max_tokens=6, seed=1,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi there"}],
+        max_tokens=6,
+        seed=1,
     )
     assert resp.object == "chat.completion" and resp.model == MODEL
     text = resp.choices[0].message.content
@@ -44,9 +47,14 @@ def test_async_client_session_id_with_colon(server: _Server) -> None:
     async def call() -> str:
         client = server.async_client(session)
         resp = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "system", "content": "Be short."},
-                                   {"role": "user", "content": [{"type": "text", "text": "2+2?"}]}],
-            max_completion_tokens=5, temperature=0.7, top_p=0.9,
+            model=MODEL,
+            messages=[
+                {"role": "system", "content": "Be short."},
+                {"role": "user", "content": [{"type": "text", "text": "2+2?"}]},
+            ],
+            max_completion_tokens=5,
+            temperature=0.7,
+            top_p=0.9,
         )
         await client.close()
         return resp.choices[0].message.content
@@ -60,7 +68,11 @@ def test_async_client_session_id_with_colon(server: _Server) -> None:
 
 def test_n2_gives_two_choices_and_two_traces(server: _Server) -> None:
     resp = server.client("n2").chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Count"}], n=2, max_tokens=4, seed=3,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Count"}],
+        n=2,
+        max_tokens=4,
+        seed=3,
     )
     assert [c.index for c in resp.choices] == [0, 1]
     traces = server.traces("n2")
@@ -99,8 +111,11 @@ def test_text_completion_default_session_and_models(server: _Server) -> None:
     ],
 )
 def test_malformed_request_gives_openai_error(server: _Server, body: bytes) -> None:
-    r = httpx.post(f"{server.url}/sessions/bad/v1/chat/completions", content=body,
-                   headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+    r = httpx.post(
+        f"{server.url}/sessions/bad/v1/chat/completions",
+        content=body,
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
@@ -116,7 +131,9 @@ def test_batched_text_prompts_are_refused(server: _Server) -> None:
 def test_openai_client_raises_bad_request(server: _Server) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         server.client().chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}], response_format={"type": "json_object"},
+            model=MODEL,
+            messages=[{"role": "user", "content": "hi"}],
+            response_format={"type": "json_object"},
         )
     assert "response_format" in info.value.message
 
@@ -124,7 +141,8 @@ def test_openai_client_raises_bad_request(server: _Server) -> None:
 def test_api_key_required(server: _Server) -> None:
     with pytest.raises(openai.AuthenticationError):
         server.client(api_key="wrong").chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
     r = httpx.get(f"{server.url}/v1/models")
     assert r.status_code == 401
     assert r.json()["error"]["code"] == "invalid_api_key"
@@ -134,10 +152,12 @@ def test_api_key_required(server: _Server) -> None:
 
 def test_acknowledged_trace_is_in_the_sqlite_file(server: _Server) -> None:
     resp = server.client("durable").chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "persist me"}], max_tokens=3)
+        model=MODEL, messages=[{"role": "user", "content": "persist me"}], max_tokens=3
+    )
     with sqlite3.connect(server.store.path) as conn:  # a fresh connection, as another process would
         rows = conn.execute(
-            "SELECT request_id, response_text FROM traces WHERE session_id = ?", ("durable",)).fetchall()
+            "SELECT request_id, response_text FROM traces WHERE session_id = ?", ("durable",)
+        ).fetchall()
     conn.close()
     assert rows == [(resp.id, resp.choices[0].message.content)]
 
@@ -163,5 +183,14 @@ def test_trace_store_survives_kill_9(tmp_path: Path) -> None:
 
 def test_trace_needs_one_logprob_per_token() -> None:
     with pytest.raises(ValueError, match="one logprob per completion token"):
-        Trace(session_id="s", request_id="r", endpoint="completions", request={}, response_text="",
-              prompt_token_ids=[1], completion_token_ids=[2, 3], logprobs=[-1.0], latency_ms=0.0)
+        Trace(
+            session_id="s",
+            request_id="r",
+            endpoint="completions",
+            request={},
+            response_text="",
+            prompt_token_ids=[1],
+            completion_token_ids=[2, 3],
+            logprobs=[-1.0],
+            latency_ms=0.0,
+        )

@@ -50,8 +50,15 @@ def upstreams(tiny_engine: LocalEngine, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="module")
 def pool(upstreams: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcesses]:
     tmp = tmp_path_factory.mktemp("pool")
-    with GatewayProcesses(3, model="policy", store_path=tmp / "traces.db", upstreams=upstreams,
-                          upstream_kind="vllm", api_key="k", log_dir=tmp / "logs") as p:
+    with GatewayProcesses(
+        3,
+        model="policy",
+        store_path=tmp / "traces.db",
+        upstreams=upstreams,
+        upstream_kind="vllm",
+        api_key="k",
+        log_dir=tmp / "logs",
+    ) as p:
         yield p
     assert all(not _alive(pid) for pid in p.pids)
 
@@ -72,7 +79,9 @@ def test_route_is_stable_balanced_and_keeps_an_episode_together() -> None:
     urls = [f"http://10.0.0.{i}:8000" for i in range(4)]
     sessions = [f"ep{i}" for i in range(4000)]
     picks = {s: route(urls, s) for s in sessions}
-    assert picks == {s: route(list(reversed(urls)), s) for s in sessions}  # the order of the list is irrelevant
+    assert picks == {
+        s: route(list(reversed(urls)), s) for s in sessions
+    }  # the order of the list is irrelevant
     assert all(route(urls, f"{s}:judge") == route(urls, f"{s}:solver") == picks[s] for s in sessions[:200])
     counts = Counter(picks.values())
     assert set(counts) == set(urls) and min(counts.values()) > 4000 / 4 * 0.85  # within 15 % of even
@@ -98,9 +107,12 @@ def test_sessions_are_routed_sticky_and_every_trace_is_stored_once(pool: Gateway
         ids = []
         for k in range(calls_per_session):
             role = f"{s}:judge" if k == 2 else s  # a role sub-session goes where its episode goes
-            client = openai.AsyncOpenAI(base_url=f"{pool.url_for(s)}/sessions/{role}/v1", api_key="k", max_retries=0)
-            resp = await client.chat.completions.create(model="policy", max_tokens=3,
-                                                        messages=[{"role": "user", "content": f"{s} {k}"}])
+            client = openai.AsyncOpenAI(
+                base_url=f"{pool.url_for(s)}/sessions/{role}/v1", api_key="k", max_retries=0
+            )
+            resp = await client.chat.completions.create(
+                model="policy", max_tokens=3, messages=[{"role": "user", "content": f"{s} {k}"}]
+            )
             ids.append(resp.id)
             await client.close()
         return ids
@@ -125,18 +137,25 @@ def test_sessions_are_routed_sticky_and_every_trace_is_stored_once(pool: Gateway
         assert r.status_code == 200 and len(r.json()["traces"]) == 2
 
 
-def test_gateway_workflow_spreads_episodes_over_the_workers(pool: GatewayProcesses, tiny_engine: LocalEngine) -> None:
+def test_gateway_workflow_spreads_episodes_over_the_workers(
+    pool: GatewayProcesses, tiny_engine: LocalEngine
+) -> None:
     @rllm.rollout
     async def agent(task: dict, config: AgentConfig) -> float:
         client = openai.AsyncOpenAI(base_url=config.base_url, api_key="k", max_retries=0)
-        await client.chat.completions.create(model=config.model, max_tokens=3,
-                                             messages=[{"role": "user", "content": task["q"]}])
+        await client.chat.completions.create(
+            model=config.model, max_tokens=3, messages=[{"role": "user", "content": task["q"]}]
+        )
         await client.close()
         return 1.0
 
     wf = GatewayWorkflow(agent, gateway_url=pool.urls, model="policy", api_key="k")
-    eng = WorkflowEngine(wf, tiny_engine, SamplingParams(temperature=1.0, max_tokens=3, seed=3), show_progress=False)
-    episodes = asyncio.run(eng.run_tasks([{"task_id": f"wf{i}", "q": f"q{i}"} for i in range(6)], group_size=2))
+    eng = WorkflowEngine(
+        wf, tiny_engine, SamplingParams(temperature=1.0, max_tokens=3, seed=3), show_progress=False
+    )
+    episodes = asyncio.run(
+        eng.run_tasks([{"task_id": f"wf{i}", "q": f"q{i}"} for i in range(6)], group_size=2)
+    )
     assert all(not e.failed for e in episodes), [e.error for e in episodes]
     assert len({wf.url_for(e.id) for e in episodes}) > 1
     with TraceStore(pool.store_path) as store:
@@ -148,9 +167,16 @@ def test_gateway_workflow_spreads_episodes_over_the_workers(pool: GatewayProcess
 
 
 def test_a_killed_worker_is_reported_restarted_on_its_port_and_stop_leaves_nothing(
-        upstreams: list[str], tmp_path: Path) -> None:
-    p = GatewayProcesses(2, model="policy", store_path=tmp_path / "traces.db", upstreams=upstreams,
-                         upstream_kind="vllm", log_dir=tmp_path / "logs").start()
+    upstreams: list[str], tmp_path: Path
+) -> None:
+    p = GatewayProcesses(
+        2,
+        model="policy",
+        store_path=tmp_path / "traces.db",
+        upstreams=upstreams,
+        upstream_kind="vllm",
+        log_dir=tmp_path / "logs",
+    ).start()
     try:
         victim = p.urls[1]
         pid = p.pids[1]
@@ -164,16 +190,25 @@ def test_a_killed_worker_is_reported_restarted_on_its_port_and_stop_leaves_nothi
             time.sleep(0.05)
         health = p.health()
         assert health[0]["running"] and health[0]["ok"]
-        assert health[1] == {"url": victim, "pid": pid, "running": False, "exit_code": -signal.SIGKILL,
-                             "restarts": 0, "ok": False}
+        assert health[1] == {
+            "url": victim,
+            "pid": pid,
+            "running": False,
+            "exit_code": -signal.SIGKILL,
+            "restarts": 0,
+            "ok": False,
+        }
         with pytest.raises(GatewayWorkerDied, match=f"{victim} \\(status -9\\)"):
             p.check()
         with pytest.raises(GatewayWorkerDied, match="not restarting"):
             p.restart_dead(min_uptime_s=3600)  # died "too soon": it would only die again
         assert p.restart_dead(min_uptime_s=0) == [victim]
         assert p.urls[1] == victim and p.pids[1] != pid and p.health()[1]["ok"]
-        r = httpx.post(f"{victim}/sessions/after-restart/v1/completions", timeout=30,
-                       json={"model": "policy", "prompt": "The", "max_tokens": 2})
+        r = httpx.post(
+            f"{victim}/sessions/after-restart/v1/completions",
+            timeout=30,
+            json={"model": "policy", "prompt": "The", "max_tokens": 2},
+        )
         assert r.status_code == 200, r.text
         # The restarted worker took its sibling's policy: its traces record the version the others do.
         with TraceStore(tmp_path / "traces.db") as store:
@@ -199,19 +234,44 @@ def _free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
-def test_gateway_command_with_workers_prints_urls_and_stops_them(upstreams: list[str], tmp_path: Path) -> None:
+def test_gateway_command_with_workers_prints_urls_and_stops_them(
+    upstreams: list[str], tmp_path: Path
+) -> None:
     port = _free_port_pair()
-    cmd = [sys.executable, "-m", "rllm.cli.main", "gateway", "--model", "policy", "--port", str(port),
-           "--workers", "2", "--upstream", upstreams[0], "--upstream-kind", "vllm", "--store",
-           str(tmp_path / "traces.db"), "--log-dir", str(tmp_path / "logs")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllm.cli.main",
+        "gateway",
+        "--model",
+        "policy",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+        "--upstream",
+        upstreams[0],
+        "--upstream-kind",
+        "vllm",
+        "--store",
+        str(tmp_path / "traces.db"),
+        "--log-dir",
+        str(tmp_path / "logs"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(3)]
-        assert lines[1].strip() == f"http://127.0.0.1:{port}/v1" and lines[2].strip() == f"http://127.0.0.1:{port + 1}/v1"
+        assert (
+            lines[1].strip() == f"http://127.0.0.1:{port}/v1"
+            and lines[2].strip() == f"http://127.0.0.1:{port + 1}/v1"
+        )
         for p in (port, port + 1):
-            r = httpx.post(f"http://127.0.0.1:{p}/sessions/cli-{p}/v1/completions", timeout=30,
-                           json={"model": "policy", "prompt": "The", "max_tokens": 2})
+            r = httpx.post(
+                f"http://127.0.0.1:{p}/sessions/cli-{p}/v1/completions",
+                timeout=30,
+                json={"model": "policy", "prompt": "The", "max_tokens": 2},
+            )
             assert r.status_code == 200, r.text
         children = [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
         assert len(children) == 2
@@ -223,6 +283,22 @@ def test_gateway_command_with_workers_prints_urls_and_stops_them(upstreams: list
     assert all(not _alive(c) for c in children)
     with TraceStore(tmp_path / "traces.db") as store:
         assert {s for s in store.sessions()} == {f"cli-{port}", f"cli-{port + 1}"}
-    r = subprocess.run([sys.executable, "-m", "rllm.cli.main", "gateway", "--model", "m", "--workers", "2",
-                        "--store", str(tmp_path / "t2.db")], capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rllm.cli.main",
+            "gateway",
+            "--model",
+            "m",
+            "--workers",
+            "2",
+            "--store",
+            str(tmp_path / "t2.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 2 and "need --upstream" in r.stderr and len(r.stderr.strip().splitlines()) == 1

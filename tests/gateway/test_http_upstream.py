@@ -48,8 +48,9 @@ def _front(upstream: HTTPUpstream, tmp_path: Path) -> tuple[GatewayServer, Trace
 
 def _chat(url: str, session: str, text: str = "hi", **kw: object) -> openai.types.chat.ChatCompletion:
     client = openai.OpenAI(base_url=f"{url}/sessions/{session}/v1", api_key="x", max_retries=0)
-    return client.chat.completions.create(model="policy", messages=[{"role": "user", "content": text}],
-                                          max_tokens=4, **kw)
+    return client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": text}], max_tokens=4, **kw
+    )
 
 
 def test_vllm_dialect_token_ids_match_the_upstream(workers: list, tmp_path: Path) -> None:
@@ -69,7 +70,8 @@ def test_vllm_dialect_token_ids_match_the_upstream(workers: list, tmp_path: Path
         assert resp.model == "policy"  # the client sees the gateway's model name, no extra fields
         assert "prompt_token_ids" not in resp.model_dump()
         text = openai.OpenAI(base_url=f"{front.url}/v1", api_key="x").completions.create(
-            model="policy", prompt="The", max_tokens=3)
+            model="policy", prompt="The", max_tokens=3
+        )
         t2 = store.list("default")[-1]
         assert t2.trainable and t2.response_text == text.choices[0].text and len(t2.completion_token_ids) <= 3
     finally:
@@ -113,12 +115,17 @@ def test_plain_openai_upstream_is_recorded_untrainable(workers: list, tmp_path: 
 def test_upstream_errors_map_to_4xx_and_502(workers: list, tmp_path: Path) -> None:
     front, store = _front(HTTPUpstream([workers[0][0].url], kind="vllm", retries=1), tmp_path)
     try:
-        with pytest.raises(openai.BadRequestError, match="upstream refused"):  # the worker refuses: 400 passes on
+        with pytest.raises(
+            openai.BadRequestError, match="upstream refused"
+        ):  # the worker refuses: 400 passes on
             openai.OpenAI(base_url=f"{front.url}/v1", api_key="x", max_retries=0).completions.create(
-                model="policy", prompt=[10**9], max_tokens=2)
+                model="policy", prompt=[10**9], max_tokens=2
+            )
         workers[0][0].stop()
-        r = httpx.post(f"{front.url}/v1/chat/completions",
-                       json={"model": "p", "messages": [{"role": "user", "content": "x"}]})
+        r = httpx.post(
+            f"{front.url}/v1/chat/completions",
+            json={"model": "p", "messages": [{"role": "user", "content": "x"}]},
+        )
         assert r.status_code == 502 and r.json()["error"]["type"] == "upstream_error"
         assert store.list("default") == []
     finally:
@@ -134,14 +141,28 @@ def _fake_sglang() -> Starlette:
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
         assert body["return_prompt_token_ids"] is True and body["logprobs"] is True
-        return JSONResponse({
-            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-            "prompt_token_ids": [1, 2, 3],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": "ok"},
-                         "logprobs": {"content": [{"token": "ok", "logprob": -0.25, "token_id": 7, "top_logprobs": []},
-                                                  {"token": "", "logprob": -0.5, "token_id": 2, "top_logprobs": []}]}}],
-        })
+        return JSONResponse(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "prompt_token_ids": [1, 2, 3],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "ok"},
+                        "logprobs": {
+                            "content": [
+                                {"token": "ok", "logprob": -0.25, "token_id": 7, "top_logprobs": []},
+                                {"token": "", "logprob": -0.5, "token_id": 2, "top_logprobs": []},
+                            ]
+                        },
+                    }
+                ],
+            }
+        )
 
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"data": [{"id": "fake-sglang-model"}]})
@@ -149,15 +170,24 @@ def _fake_sglang() -> Starlette:
     async def info(request: Request) -> JSONResponse:
         return JSONResponse({"model_path": "x"})
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models),
-                             Route("/get_model_info", info), Route("/health", info)])
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/get_model_info", info),
+            Route("/health", info),
+        ]
+    )
 
 
 def test_sglang_dialect_is_detected_and_parsed(tmp_path: Path) -> None:
     with GatewayServer(_fake_sglang()) as fake:
         upstream = HTTPUpstream([fake.url], kind="auto")
-        req = UpstreamRequest(endpoint="chat.completions", messages=[{"role": "user", "content": "x"}],
-                              params=SamplingParams(max_tokens=2))
+        req = UpstreamRequest(
+            endpoint="chat.completions",
+            messages=[{"role": "user", "content": "x"}],
+            params=SamplingParams(max_tokens=2),
+        )
 
         async def call():
             try:
@@ -175,8 +205,19 @@ def test_sglang_dialect_is_detected_and_parsed(tmp_path: Path) -> None:
 VLLM_DATA = Path(__file__).parent / "data" / "vllm"
 
 
-@pytest.mark.parametrize("name", ["chat_n1", "chat_n2", "chat_eos", "completions_n1", "completions_n2",
-                                  "completions_eos", "completions_stop_string", "completions_prompt_token_ids"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "chat_n1",
+        "chat_n2",
+        "chat_eos",
+        "completions_n1",
+        "completions_n2",
+        "completions_eos",
+        "completions_stop_string",
+        "completions_prompt_token_ids",
+    ],
+)
 def test_parses_recorded_vllm_replies(name: str) -> None:
     """Replies recorded from vLLM 0.32 (tests/gateway/data/vllm/generate.py) read into exact token data."""
     import json
@@ -185,8 +226,12 @@ def test_parses_recorded_vllm_replies(name: str) -> None:
     req, data = case["request"], case["response"]
     endpoint = "chat.completions" if "messages" in req else "completions"
     upstream = HTTPUpstream(["http://127.0.0.1:1"], kind="vllm", model="m")
-    request = UpstreamRequest(endpoint=endpoint, messages=req.get("messages"), prompt=req.get("prompt"),
-                              params=SamplingParams(n=req.get("n", 1), max_tokens=req["max_tokens"]))
+    request = UpstreamRequest(
+        endpoint=endpoint,
+        messages=req.get("messages"),
+        prompt=req.get("prompt"),
+        params=SamplingParams(n=req.get("n", 1), max_tokens=req["max_tokens"]),
+    )
     # What the adapter sends asks for exactly the fields these replies were recorded with.
     body = upstream.request_body(request)
     assert body["return_token_ids"] is True and body["logprobs"] == req["logprobs"]

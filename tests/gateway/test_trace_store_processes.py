@@ -49,8 +49,15 @@ print(json.dumps({"created": created}))
 
 def test_several_writer_processes_store_every_trace_once(tmp_path: Path) -> None:
     db, go = tmp_path / "traces.db", tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(db), str(w), str(TRACES_PER_WRITER), str(go)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(WRITERS)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(db), str(w), str(TRACES_PER_WRITER), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(WRITERS)
+    ]
     try:
         time.sleep(1.0)  # let every writer open the store (and race on creating its schema) first
         go.touch()

@@ -17,9 +17,19 @@ from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.upstreams import UpstreamRequest
 from rllm.inference.base import SamplingParams
 
-REPLY = {"id": "cmpl-1", "prompt_token_ids": [1, 2, 3], "choices": [
-    {"index": 0, "text": "hi", "token_ids": [5, 2], "logprobs": {"token_logprobs": [-0.5, -0.1]},
-     "finish_reason": "stop"}]}
+REPLY = {
+    "id": "cmpl-1",
+    "prompt_token_ids": [1, 2, 3],
+    "choices": [
+        {
+            "index": 0,
+            "text": "hi",
+            "token_ids": [5, 2],
+            "logprobs": {"token_logprobs": [-0.5, -0.1]},
+            "finish_reason": "stop",
+        }
+    ],
+}
 
 
 async def _run() -> tuple[list[int], int, int, bool]:
@@ -46,10 +56,16 @@ async def _run() -> tuple[list[int], int, int, bool]:
     upstream = HTTPUpstream([f"http://127.0.0.1:{port}"], kind="vllm", model="m", retries=0)
     upstream._started = True  # a fake server has no /version or /health to probe
     try:
-        request = UpstreamRequest(endpoint="completions", prompt=[1, 2, 3], params=SamplingParams(max_tokens=2))
+        request = UpstreamRequest(
+            endpoint="completions", prompt=[1, 2, 3], params=SamplingParams(max_tokens=2)
+        )
         results = [await upstream.complete(request, session_id="s") for _ in range(4)]
-        return [len(r.choices[0].completion_ids) for r in results], dropped, upstream.workers[0].failures, \
-            upstream.workers[0].healthy
+        return (
+            [len(r.choices[0].completion_ids) for r in results],
+            dropped,
+            upstream.workers[0].failures,
+            upstream.workers[0].healthy,
+        )
     finally:
         await upstream.aclose()
         await runner.cleanup()

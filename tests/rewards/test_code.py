@@ -61,11 +61,13 @@ def test_extract_program(response: str, program: str | None) -> None:
 
 
 def test_stdio_tests_compare_output_without_trailing_whitespace() -> None:
-    task = _task([
-        {"type": "stdio", "input": "1 2\n", "output": "3\n"},
-        {"type": "stdio", "input": "5 5\n", "output": "10"},
-        {"type": "stdio", "input": "2 2\n", "output": "5\n"},
-    ])
+    task = _task(
+        [
+            {"type": "stdio", "input": "1 2\n", "output": "3\n"},
+            {"type": "stdio", "input": "5 5\n", "output": "10"},
+            {"type": "stdio", "input": "2 2\n", "output": "5\n"},
+        ]
+    )
     program = "a, b = map(int, input().split())\nprint(a + b, '  ')\nprint()\n"
     result = _fast(task, _python(program))
     assert [t["passed"] for t in result.info["tests"]] == [True, True, False]
@@ -76,13 +78,16 @@ def test_stdio_tests_compare_output_without_trailing_whitespace() -> None:
 
 
 def test_call_tests_compare_returned_values_as_json() -> None:
-    task = _task([
-        {"type": "call", "args": [[3, 1, 2]], "expected": [1, 2, 3]},
-        {"type": "call", "args": [[1, 2]], "kwargs": {"reverse": True}, "expected": [2, 1]},
-        {"type": "call", "args": [[0.1, 0.2]], "expected": 0.3, "id": "float tolerance"},
-        {"type": "call", "args": [[2, 2]], "expected": {"2": 2}},
-        {"type": "call", "args": [[1]], "expected": [1, 2]},
-    ], entry_point="solve")
+    task = _task(
+        [
+            {"type": "call", "args": [[3, 1, 2]], "expected": [1, 2, 3]},
+            {"type": "call", "args": [[1, 2]], "kwargs": {"reverse": True}, "expected": [2, 1]},
+            {"type": "call", "args": [[0.1, 0.2]], "expected": 0.3, "id": "float tolerance"},
+            {"type": "call", "args": [[2, 2]], "expected": {"2": 2}},
+            {"type": "call", "args": [[1]], "expected": [1, 2]},
+        ],
+        entry_point="solve",
+    )
     program = (
         "def solve(xs, reverse=False):\n"
         "    if len(xs) == 2 and xs[0] == xs[1]:\n        return {xs[0]: sum(xs) // 2}\n"  # int keys
@@ -108,7 +113,7 @@ def test_call_tests_reach_a_leetcode_style_solution_class() -> None:
     assert _fast(task, _python(program)).is_correct
 
 
-_HUMANEVAL_TEST = '''
+_HUMANEVAL_TEST = """
 
 METADATA = {"author": "jt", "dataset": "test"}
 
@@ -118,12 +123,15 @@ def check(candidate):
     assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False
     assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True
     assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 1.0) == True
-'''
+"""
 
 
 def test_humaneval_shaped_task() -> None:
-    task = _task([{"type": "assert", "code": _HUMANEVAL_TEST + "\ncheck(has_close_elements)"}],
-                 entry_point="has_close_elements", task_id="HumanEval/0")
+    task = _task(
+        [{"type": "assert", "code": _HUMANEVAL_TEST + "\ncheck(has_close_elements)"}],
+        entry_point="has_close_elements",
+        task_id="HumanEval/0",
+    )
     right = (
         "from typing import List\n\n\n"
         "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
@@ -151,14 +159,24 @@ def test_mbpp_shaped_task_scores_each_assert() -> None:
 
 
 def test_assert_tests_see_the_programs_helper_functions_and_plain_data_round_trips() -> None:
-    task = _task([
-        {"type": "assert", "code": "assert decode(encode('hello')) == 'hello'\nassert encode('ab') == 'ba'"},
-        {"type": "assert",
-         "code": "assert kinds() == ({1, 2}, frozenset({3}), b'x', 1 + 2j, (None, True), {(1, 2): [3.5]})"},
-        {"type": "assert", "code": "assert big() == 7 ** 9000 and len(str(big())) > 7000"},
-        {"type": "assert", "code": "try:\n    fail()\nexcept ValueError as e:\n    assert 'bad' in str(e)\n"
-                                   "else:\n    raise AssertionError"},
-    ])
+    task = _task(
+        [
+            {
+                "type": "assert",
+                "code": "assert decode(encode('hello')) == 'hello'\nassert encode('ab') == 'ba'",
+            },
+            {
+                "type": "assert",
+                "code": "assert kinds() == ({1, 2}, frozenset({3}), b'x', 1 + 2j, (None, True), {(1, 2): [3.5]})",
+            },
+            {"type": "assert", "code": "assert big() == 7 ** 9000 and len(str(big())) > 7000"},
+            {
+                "type": "assert",
+                "code": "try:\n    fail()\nexcept ValueError as e:\n    assert 'bad' in str(e)\n"
+                "else:\n    raise AssertionError",
+            },
+        ]
+    )
     program = (
         "def encode(s):\n    return s[::-1]\n"
         "def decode(s):\n    return encode(s)\n"
@@ -191,8 +209,10 @@ def test_tests_run_in_parallel() -> None:
     ],
 )
 def test_error_kinds_for_call_and_assert_tests(body: str, kind: str) -> None:
-    task = _task([{"type": "call", "args": [1], "expected": 1},
-                  {"type": "assert", "code": "assert f(1) == 1"}], entry_point="f")
+    task = _task(
+        [{"type": "call", "args": [1], "expected": 1}, {"type": "assert", "code": "assert f(1) == 1"}],
+        entry_point="f",
+    )
     result = make_code_reward(timeout_s=1.0, memory_mb=256)(task, _python(f"def f(x):\n    {body}\n"))
     assert [t["error"] for t in result.info["tests"]] == [kind, kind], result.info["tests"]
     assert result.reward == 0.0
@@ -217,8 +237,10 @@ def test_a_program_that_does_not_compile_fails_every_test_without_running() -> N
 
 
 def test_missing_entry_point_is_a_runtime_error() -> None:
-    task = _task([{"type": "call", "args": [], "expected": 1}, {"type": "assert", "code": "assert True"}],
-                 entry_point="solve")
+    task = _task(
+        [{"type": "call", "args": [], "expected": 1}, {"type": "assert", "code": "assert True"}],
+        entry_point="solve",
+    )
     result = _fast(task, _python("def other():\n    return 1\n"))
     assert [t["error"] for t in result.info["tests"]] == ["runtime_error", "runtime_error"]
 
@@ -233,8 +255,14 @@ def test_info_is_json_and_names_the_protections() -> None:
 
 
 def test_no_descriptors_leak() -> None:
-    task = _task([{"type": "stdio", "input": "", "output": "1"}, {"type": "call", "args": [], "expected": 1},
-                  {"type": "assert", "code": "assert f() == 1"}], entry_point="f")
+    task = _task(
+        [
+            {"type": "stdio", "input": "", "output": "1"},
+            {"type": "call", "args": [], "expected": 1},
+            {"type": "assert", "code": "assert f() == 1"},
+        ],
+        entry_point="f",
+    )
     program = _python("def f():\n    return 1\nprint(1)")
     _fast(task, program)  # the first run may open long-lived things (the event loop's, the probe's)
     before = sorted(os.listdir("/proc/self/fd"))
@@ -277,8 +305,23 @@ def test_malformed_ground_truth_raises_with_the_task_id(ground_truth: Any, messa
 
 @pytest.mark.parametrize(
     "value",
-    [None, True, 0, -(2**70), pytest.param(3**20000, id="huge-int"), 1.5, float("inf"), "é\ud800", b"\0\xff",
-     2 - 1j, [1, [2]], (1, (2,)), {1, "a"}, frozenset({(1, 2)}), {"a": 1, 2: [None], (3,): {4: 5}}],
+    [
+        None,
+        True,
+        0,
+        -(2**70),
+        pytest.param(3**20000, id="huge-int"),
+        1.5,
+        float("inf"),
+        "é\ud800",
+        b"\0\xff",
+        2 - 1j,
+        [1, [2]],
+        (1, (2,)),
+        {1, "a"},
+        frozenset({(1, 2)}),
+        {"a": 1, 2: [None], (3,): {4: 5}},
+    ],
 )
 def test_codec_round_trips_plain_data_exactly(value: Any) -> None:
     line = harness.dump_line({"value": harness.encode(value)})

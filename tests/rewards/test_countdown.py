@@ -20,8 +20,13 @@ from rllm.rewards.registry import get_reward
 
 
 def _task(target: int, numbers: list[int]) -> dict:
-    return {"task_id": "cd1", "question": "?", "ground_truth": {"target": target, "numbers": numbers},
-            "data_source": "builtin/countdown", "metadata": {}}
+    return {
+        "task_id": "cd1",
+        "question": "?",
+        "ground_truth": {"target": target, "numbers": numbers},
+        "data_source": "builtin/countdown",
+        "metadata": {},
+    }
 
 
 @pytest.mark.parametrize(
@@ -30,7 +35,10 @@ def _task(target: int, numbers: list[int]) -> dict:
         ("<answer>(3 + 5) * 2</answer>", "(3 + 5) * 2"),
         ("<answer>1+1</answer> text <answer> 2 * 8 </answer>", "2 * 8"),  # the last block
         ("<answer>(3 + 5) * 2.</answer>", "(3 + 5) * 2"),  # a sentence-final period
-        ("I tried 3 + 5 = 8.\nSo the equation is (3 + 5) * 2 = 16.", "(3 + 5) * 2 = 16"),  # last line with one
+        (
+            "I tried 3 + 5 = 8.\nSo the equation is (3 + 5) * 2 = 16.",
+            "(3 + 5) * 2 = 16",
+        ),  # last line with one
         ("Step 1: 3 + 5 = 8", "3 + 5 = 8"),  # "1:" is not arithmetic
         ("(3 + 5) * 2\nThat is my answer.", "(3 + 5) * 2"),
         ("<answer>$3 \\times 5 \\div 2$</answer>", "3 * 5 / 2"),
@@ -76,7 +84,9 @@ def test_extract_equation(text: str, expected: str | None) -> None:
         (6, [3, 3], "<think>3 + 3", False, "unclosed_think"),
     ],
 )
-def test_countdown_reward(target: int, numbers: list[int], response: str, correct: bool, reason: str | None) -> None:
+def test_countdown_reward(
+    target: int, numbers: list[int], response: str, correct: bool, reason: str | None
+) -> None:
     result = countdown_reward(_task(target, numbers), response)
     assert result.is_correct is correct
     assert result.reward == float(correct)
@@ -108,14 +118,23 @@ def test_format_reward(response: str, reward: float) -> None:
 
 
 def test_division_by_zero_with_the_right_numbers() -> None:
-    result = make_countdown_reward(format_reward=0.1)(_task(10, [4, 2, 2, 5]), "<answer>4 / (2 - 2) + 5</answer>")
+    result = make_countdown_reward(format_reward=0.1)(
+        _task(10, [4, 2, 2, 5]), "<answer>4 / (2 - 2) + 5</answer>"
+    )
     assert result.reward == pytest.approx(0.1) and result.info["reason"] == "division_by_zero"
 
 
 @pytest.mark.parametrize(
     "truth",
-    [None, {"target": 3}, {"target": "3", "numbers": [1, 2]}, {"target": 3, "numbers": []},
-     {"target": 3, "numbers": [1, 2.0]}, {"target": 3, "numbers": [True, 2]}, [3, 1, 2]],
+    [
+        None,
+        {"target": 3},
+        {"target": "3", "numbers": [1, 2]},
+        {"target": 3, "numbers": []},
+        {"target": 3, "numbers": [1, 2.0]},
+        {"target": 3, "numbers": [True, 2]},
+        [3, 1, 2],
+    ],
 )
 def test_malformed_task_raises(truth: object) -> None:
     with pytest.raises(ValueError, match="cd1"):
@@ -143,13 +162,24 @@ def _brute_force_solvable(numbers: list[int], target: int) -> bool:
                         out.add(a / b)
         return out
 
-    return any(Fraction(target) in values(tuple(map(Fraction, order))) for order in set(permutations(numbers)))
+    return any(
+        Fraction(target) in values(tuple(map(Fraction, order))) for order in set(permutations(numbers))
+    )
 
 
 @pytest.mark.parametrize(
     ("numbers", "target"),
-    [([3, 5, 2], 16), ([8, 3, 8, 3], 24), ([1, 1, 1], 100), ([4, 4, 10, 10], 24), ([99, 98, 97, 96], 1),
-     ([2, 3], 5), ([2, 3], 7), ([5], 5), ([1, 5, 5, 5], 24)],
+    [
+        ([3, 5, 2], 16),
+        ([8, 3, 8, 3], 24),
+        ([1, 1, 1], 100),
+        ([4, 4, 10, 10], 24),
+        ([99, 98, 97, 96], 1),
+        ([2, 3], 5),
+        ([2, 3], 7),
+        ([5], 5),
+        ([1, 5, 5, 5], 24),
+    ],
 )
 def test_solver_agrees_with_brute_force(numbers: list[int], target: int) -> None:
     solution = solve_countdown(numbers, target)
@@ -201,7 +231,9 @@ def test_registry_names_countdown() -> None:
     assert get_reward("countdown") is countdown_reward
 
 
-@pytest.mark.parametrize("degenerate", ["(" * 100_000, "1+" * 50_000, "<answer>" * 10_000, " 1 " * 30_000 + "x"])
+@pytest.mark.parametrize(
+    "degenerate", ["(" * 100_000, "1+" * 50_000, "<answer>" * 10_000, " 1 " * 30_000 + "x"]
+)
 def test_degenerate_output_is_graded_quickly(degenerate: str) -> None:
     start = time.monotonic()
     assert not countdown_reward(_task(16, [3, 5, 2]), degenerate).is_correct

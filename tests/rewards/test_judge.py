@@ -54,22 +54,40 @@ class FakeJudge:
             body = await request.json()
             self.requests.append({**body, "authorization": request.headers.get("authorization")})
             prompt = body["messages"][-1]["content"]
-            key = next((k for k in [*SCRIPT, "say-flaky", "say-down", "say-slow", "say-null"] if k in prompt), None)
+            key = next(
+                (k for k in [*SCRIPT, "say-flaky", "say-down", "say-slow", "say-null"] if k in prompt), None
+            )
             self.hits[key or ""] += 1
             if key == "say-flaky" and self.hits[key] == 1:
-                return JSONResponse({"error": {"message": "overloaded"}}, status_code=500,
-                                    headers={"retry-after-ms": "1"})
+                return JSONResponse(
+                    {"error": {"message": "overloaded"}}, status_code=500, headers={"retry-after-ms": "1"}
+                )
             if key == "say-down":
-                return JSONResponse({"error": {"message": "down"}}, status_code=500, headers={"retry-after-ms": "1"})
+                return JSONResponse(
+                    {"error": {"message": "down"}}, status_code=500, headers={"retry-after-ms": "1"}
+                )
             if key == "say-slow":
                 await asyncio.sleep(SLOW_S)
             content = SCRIPT.get(key or "", "VERDICT: CORRECT")
-            return JSONResponse({
-                "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": None if key == "say-null" else content}}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            })
+            return JSONResponse(
+                {
+                    "id": "cmpl-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {
+                                "role": "assistant",
+                                "content": None if key == "say-null" else content,
+                            },
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+            )
 
         return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 
@@ -90,8 +108,12 @@ def judge(fake_judge: FakeJudge) -> FakeJudge:
 
 
 def _task(truth: object = "Paris") -> dict:
-    return {"task_id": "j1", "question": "What is the capital of France?", "ground_truth": truth,
-            "data_source": "test"}
+    return {
+        "task_id": "j1",
+        "question": "What is the capital of France?",
+        "ground_truth": truth,
+        "data_source": "test",
+    }
 
 
 @pytest.mark.parametrize(
@@ -151,13 +173,16 @@ def test_custom_template(judge: FakeJudge) -> None:
     template = "Q={question} REF={reference} R={response} {{literal}} say-incorrect"
     reward = make_llm_judge_reward(base_url=judge.url, model=MODEL, api_key="k", prompt_template=template)
     assert not reward(_task({"value": 3}), "3").is_correct
-    assert judge.requests[0]["messages"][0]["content"] == 'Q=What is the capital of France? REF={"value": 3} ' \
-                                                          "R=3 {literal} say-incorrect"
+    assert (
+        judge.requests[0]["messages"][0]["content"] == 'Q=What is the capital of France? REF={"value": 3} '
+        "R=3 {literal} say-incorrect"
+    )
     with pytest.raises(ValueError, match="response"):
         make_llm_judge_reward(base_url=judge.url, model=MODEL, prompt_template="{question} {reference}")
     with pytest.raises(ValueError, match="extra"):
-        make_llm_judge_reward(base_url=judge.url, model=MODEL,
-                              prompt_template="{question} {reference} {response} {extra}")
+        make_llm_judge_reward(
+            base_url=judge.url, model=MODEL, prompt_template="{question} {reference} {response} {extra}"
+        )
     assert "{question}" in DEFAULT_JUDGE_PROMPT
 
 
@@ -196,8 +221,14 @@ def test_nothing_to_judge_skips_the_call(judge: FakeJudge) -> None:
     assert judge.requests == []
 
 
-@pytest.mark.parametrize("task", [{"task_id": "j1", "ground_truth": "Paris"},
-                                  {"task_id": "j1", "question": "Q?"}, {**_task(), "ground_truth": ""}])
+@pytest.mark.parametrize(
+    "task",
+    [
+        {"task_id": "j1", "ground_truth": "Paris"},
+        {"task_id": "j1", "question": "Q?"},
+        {**_task(), "ground_truth": ""},
+    ],
+)
 def test_malformed_task_raises_before_any_call(judge: FakeJudge, task: dict) -> None:
     reward = make_llm_judge_reward(base_url=judge.url, model=MODEL, api_key="k")
     with pytest.raises(ValueError, match="j1"):
@@ -209,8 +240,12 @@ def test_async_judge(judge: FakeJudge) -> None:
     reward = make_async_llm_judge_reward(base_url=judge.url, model=MODEL, api_key="k", max_retries=2)
 
     async def grade_all() -> list:
-        results = await asyncio.gather(*(reward(_task(), f"Paris {k}") for k in
-                                         ["say-correct", "say-incorrect", "say-unparseable", "say-flaky"]))
+        results = await asyncio.gather(
+            *(
+                reward(_task(), f"Paris {k}")
+                for k in ["say-correct", "say-incorrect", "say-unparseable", "say-flaky"]
+            )
+        )
         await reward.aclose()
         return results
 
@@ -229,7 +264,9 @@ def test_async_judge(judge: FakeJudge) -> None:
 
 
 def test_async_judge_errors_score_zero(judge: FakeJudge) -> None:
-    slow = make_async_llm_judge_reward(base_url=judge.url, model=MODEL, api_key="k", timeout_s=0.2, max_retries=0)
+    slow = make_async_llm_judge_reward(
+        base_url=judge.url, model=MODEL, api_key="k", timeout_s=0.2, max_retries=0
+    )
     down = make_async_llm_judge_reward(base_url=judge.url, model=MODEL, api_key="k", max_retries=1)
 
     async def grade() -> list:

@@ -165,7 +165,9 @@ def test_f1_reward(truth: object, response: str, reward: float, correct: bool) -
 
 def test_f1_threshold_is_configurable() -> None:
     assert make_f1_reward(correct_threshold=0.5)(_task("Barack Obama"), "Obama").is_correct
-    assert not make_f1_reward(correct_threshold=1.0)(_task("Barack Obama"), "President Barack Obama").is_correct
+    assert not make_f1_reward(correct_threshold=1.0)(
+        _task("Barack Obama"), "President Barack Obama"
+    ).is_correct
     with pytest.raises(ValueError, match="correct_threshold"):
         make_f1_reward(correct_threshold=0.0)
 
@@ -291,8 +293,15 @@ def test_registry_names_these_rewards() -> None:
 
 @pytest.mark.parametrize(
     "degenerate",
-    [" " * 100_000 + "x", "answer: " + " " * 100_000 + "b!", "answer is " * 10_000, "<answer>" * 10_000,
-     "(A" * 50_000, "Answer: (B " * 10_000, "A, " * 30_000],
+    [
+        " " * 100_000 + "x",
+        "answer: " + " " * 100_000 + "b!",
+        "answer is " * 10_000,
+        "<answer>" * 10_000,
+        "(A" * 50_000,
+        "Answer: (B " * 10_000,
+        "A, " * 30_000,
+    ],
 )
 def test_degenerate_output_is_graded_quickly(degenerate: str) -> None:
     # Repetitive output is common early in RL; the patterns must not backtrack quadratically on it.

@@ -302,8 +302,13 @@ def test_kill_minus_one_reaches_nothing_outside() -> None:
 
 _ADD_TASK = {
     "task_id": "add",
-    "ground_truth": {"tests": [{"type": "assert", "code": "assert add(2, 3) == 5"},
-                               {"type": "call", "args": [2, 3], "expected": 5}], "entry_point": "add"},
+    "ground_truth": {
+        "tests": [
+            {"type": "assert", "code": "assert add(2, 3) == 5"},
+            {"type": "call", "args": [2, 3], "expected": 5},
+        ],
+        "entry_point": "add",
+    },
 }
 
 
@@ -345,11 +350,19 @@ def test_an_object_equal_to_everything_does_not_pass() -> None:
 
 
 def test_patching_builtins_does_not_pass() -> None:
-    task = {"task_id": "close", "ground_truth": {"tests": [
-        {"type": "assert",
-         "code": "import math\nassert abs(half(3) - 1.5) < 1e-9\nassert math.isclose(half(1), 0.5)"},
-        {"type": "assert", "code": "assert isinstance(half(2), float) and half(2) == 1.0"},
-    ], "entry_point": "half"}}
+    task = {
+        "task_id": "close",
+        "ground_truth": {
+            "tests": [
+                {
+                    "type": "assert",
+                    "code": "import math\nassert abs(half(3) - 1.5) < 1e-9\nassert math.isclose(half(1), 0.5)",
+                },
+                {"type": "assert", "code": "assert isinstance(half(2), float) and half(2) == 1.0"},
+            ],
+            "entry_point": "half",
+        },
+    }
     program = (
         "import builtins, math\n"
         "builtins.abs = lambda x: 0\n"
@@ -386,11 +399,17 @@ def test_killing_everything_it_can_does_not_pass() -> None:
 
 def test_the_expected_answers_never_enter_the_sandbox() -> None:
     token = f"EXPECTED-{uuid.uuid4().hex}"
-    task = {"task_id": "find", "ground_truth": {"tests": [
-        {"type": "call", "args": ["x"], "expected": token},
-        {"type": "assert", "code": f"assert find('x') == {token!r}"},
-        {"type": "stdio", "input": "x\n", "output": token},
-    ], "entry_point": "find"}}
+    task = {
+        "task_id": "find",
+        "ground_truth": {
+            "tests": [
+                {"type": "call", "args": ["x"], "expected": token},
+                {"type": "assert", "code": f"assert find('x') == {token!r}"},
+                {"type": "stdio", "input": "x\n", "output": token},
+            ],
+            "entry_point": "find",
+        },
+    }
     # Looks everywhere it can for the answer and prints/returns all it found.
     program = (
         "import glob, os, sys\n"

@@ -13,7 +13,9 @@ import pytest
 
 from rllm.sandbox import SandboxResult, SandboxUnavailable, arun_python, protections, run_python
 
-pytestmark = pytest.mark.usefixtures("bubblewrap")  # auto is bubblewrap; tests/sandbox/test_choice.py: without
+pytestmark = pytest.mark.usefixtures(
+    "bubblewrap"
+)  # auto is bubblewrap; tests/sandbox/test_choice.py: without
 
 
 def _closed_by_everyone(read_fd: int, wait_s: float = 3.0) -> bool:
@@ -104,8 +106,9 @@ def test_files_args_and_passed_descriptors() -> None:
         "data = open('data.txt').read()\n"
         "os.write(int(sys.argv[2]), (data + sys.argv[1]).encode())\n"
     )
-    result = run_python(code, files={"data.txt": "from a file, "}, args=["from argv", str(write_fd)],
-                        pass_fds=[write_fd])
+    result = run_python(
+        code, files={"data.txt": "from a file, "}, args=["from argv", str(write_fd)], pass_fds=[write_fd]
+    )
     assert result.ok, result.stderr
     with pytest.raises(OSError):  # taken over: closed here once the program started
         os.fstat(write_fd)

@@ -16,7 +16,9 @@ def test_check_template_on_the_builtin_model(capsys: pytest.CaptureFixture[str])
     from rllm.models import resolve_model
 
     report = check_template(AutoTokenizer.from_pretrained(resolve_model("smollm2-135m")))
-    assert not report.supports_tools  # ChatML ignores `tools`: the gateway describes them in the system prompt
+    assert (
+        not report.supports_tools
+    )  # ChatML ignores `tools`: the gateway describes them in the system prompt
     drifted = [c for c in report.cases if not c.ok]
     # Plain multi-turn, system prompts, tool calls/results and unicode re-render exactly; only replies that
     # begin with two whitespace characters merge with the generation prompt's trailing newline.

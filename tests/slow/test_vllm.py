@@ -57,15 +57,18 @@ def gateway(vllm: VLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
     store.close()
 
 
-def test_captured_ids_are_vllms_and_decode_to_the_reply(vllm: VLLMServer, gateway: tuple, model_dir: str) -> None:
+def test_captured_ids_are_vllms_and_decode_to_the_reply(
+    vllm: VLLMServer, gateway: tuple, model_dir: str
+) -> None:
     from transformers import AutoTokenizer
 
     url, store = gateway
     tok = AutoTokenizer.from_pretrained(model_dir)
     client = openai.OpenAI(base_url=f"{url}/sessions/v1/v1", api_key="x", max_retries=0)
     messages = [{"role": "user", "content": "Which number is larger, 37 or 82? Answer with just the number."}]
-    resp = client.chat.completions.create(model="policy", messages=messages, n=2, max_tokens=16, seed=7,
-                                          temperature=TEMPERATURE)
+    resp = client.chat.completions.create(
+        model="policy", messages=messages, n=2, max_tokens=16, seed=7, temperature=TEMPERATURE
+    )
     traces = store.list("v1")
     assert len(traces) == 2 and all(t.trainable and t.upstream.startswith(vllm.base_url) for t in traces)
     for choice, trace in zip(resp.choices, traces):
@@ -73,13 +76,26 @@ def test_captured_ids_are_vllms_and_decode_to_the_reply(vllm: VLLMServer, gatewa
         assert len(trace.logprobs) == len(trace.completion_token_ids)
         if trace.finish_reason == "stop":
             assert trace.completion_token_ids[-1] == 2  # the eos token is kept: the model learns to stop
-    assert traces[0].prompt_token_ids == tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                                 return_dict=False)
+    assert traces[0].prompt_token_ids == tok.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     # The same seeded call straight to vLLM: identical ids, and logprobs equal up to the float noise of vLLM's
     # CPU kernels (a repeated call may land in a different batch or hit the prefix cache: seen up to 2e-6).
-    direct = httpx.post(f"{vllm.base_url}/chat/completions", json={
-        "model": "smollm2", "messages": messages, "n": 2, "max_tokens": 16, "seed": 7, "temperature": TEMPERATURE,
-        "top_p": 1.0, "logprobs": True, "return_token_ids": True}, timeout=120).json()
+    direct = httpx.post(
+        f"{vllm.base_url}/chat/completions",
+        json={
+            "model": "smollm2",
+            "messages": messages,
+            "n": 2,
+            "max_tokens": 16,
+            "seed": 7,
+            "temperature": TEMPERATURE,
+            "top_p": 1.0,
+            "logprobs": True,
+            "return_token_ids": True,
+        },
+        timeout=120,
+    ).json()
     assert direct["prompt_token_ids"] == traces[0].prompt_token_ids
     for c, trace in zip(direct["choices"], traces):
         assert c["token_ids"] == trace.completion_token_ids
@@ -103,9 +119,18 @@ def test_trainer_logprobs_agree_with_vllm(gateway: tuple, model_dir: str, tmp_pa
 
     async def calls() -> None:
         client = openai.AsyncOpenAI(base_url=f"{url}/sessions/lp/v1", api_key="x", max_retries=0)
-        await asyncio.gather(*(client.chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": f"Count from {i} to {i + 5}."}], max_tokens=24,
-            seed=i, temperature=TEMPERATURE) for i in range(6)))
+        await asyncio.gather(
+            *(
+                client.chat.completions.create(
+                    model="policy",
+                    messages=[{"role": "user", "content": f"Count from {i} to {i + 5}."}],
+                    max_tokens=24,
+                    seed=i,
+                    temperature=TEMPERATURE,
+                )
+                for i in range(6)
+            )
+        )
         await client.close()
 
     asyncio.run(calls())
@@ -113,15 +138,36 @@ def test_trainer_logprobs_agree_with_vllm(gateway: tuple, model_dir: str, tmp_pa
     for s in steps:
         s.advantage = 1.0
     episode = Episode(task_id="t", trajectories=[Trajectory(steps=steps)])
-    batch = build_train_batch([TrajectoryGroup(task_id="t", trajectory_name="default", members=[(episode, episode.trajectories[0])])])
-    cfg = load_config(TrainConfig, None, [f"model.path={model_dir}", "lora.enabled=false", "backend.device=cpu",
-                                          "backend.autocast=none", f"rollout.temperature={TEMPERATURE}"])
+    batch = build_train_batch(
+        [
+            TrajectoryGroup(
+                task_id="t", trajectory_name="default", members=[(episode, episode.trajectories[0])]
+            )
+        ]
+    )
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={model_dir}",
+            "lora.enabled=false",
+            "backend.device=cpu",
+            "backend.autocast=none",
+            f"rollout.temperature={TEMPERATURE}",
+        ],
+    )
     backend = LocalBackend(cfg, model_dir, pad_id=2)
     recomputed = backend.compute_logprobs(batch)
-    diffs = [abs(r - s.rollout_logprobs[i]) for s, row in zip(batch.sequences, recomputed)
-             for i, r in enumerate(row) if s.loss_mask[i]]
-    print(f"\ntrainer vs vLLM logprobs over {len(diffs)} tokens: max |diff| {max(diffs):.2e}, "
-          f"mean {sum(diffs) / len(diffs):.2e}")
+    diffs = [
+        abs(r - s.rollout_logprobs[i])
+        for s, row in zip(batch.sequences, recomputed)
+        for i, r in enumerate(row)
+        if s.loss_mask[i]
+    ]
+    print(
+        f"\ntrainer vs vLLM logprobs over {len(diffs)} tokens: max |diff| {max(diffs):.2e}, "
+        f"mean {sum(diffs) / len(diffs):.2e}"
+    )
     assert len(diffs) > 50 and max(diffs) < LOGPROB_TOL
 
 
@@ -129,10 +175,14 @@ def test_multi_turn_through_vllm_assembles(gateway: tuple) -> None:
     url, store = gateway
     client = openai.OpenAI(base_url=f"{url}/sessions/mt/v1", api_key="x", max_retries=0)
     messages = [{"role": "user", "content": "Say hello."}]
-    first = client.chat.completions.create(model="policy", messages=messages, max_tokens=64, seed=3, temperature=0)
+    first = client.chat.completions.create(
+        model="policy", messages=messages, max_tokens=64, seed=3, temperature=0
+    )
     assert first.choices[0].finish_reason == "stop"
-    messages += [{"role": "assistant", "content": first.choices[0].message.content},
-                 {"role": "user", "content": "Again, shorter."}]
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "Again, shorter."},
+    ]
     client.chat.completions.create(model="policy", messages=messages, max_tokens=16, seed=4, temperature=0)
     from rllm.engine.assembly import assemble_steps
 

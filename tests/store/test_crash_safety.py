@@ -35,7 +35,9 @@ WRITER = textwrap.dedent("""
 def test_a_killed_writer_loses_nothing_committed_and_reads_as_crashed(tmp_path: Path) -> None:
     store = tmp_path / "rllm.db"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(store)], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(store)], stdout=subprocess.PIPE, text=True, env=env
+    )
     acked = 0
     try:
         assert proc.stdout is not None
@@ -58,7 +60,9 @@ def test_a_killed_writer_loses_nothing_committed_and_reads_as_crashed(tmp_path: 
     [run] = reader.runs()
     assert run["heartbeat_at"] == beat  # nobody beats any more ...
     assert run["status"] == "crashed"  # ... so the run that never finished reads as crashed
-    assert StoreReader(store).runs()[0]["status"] == "running"  # (within the default 60 s it still looks alive)
+    assert (
+        StoreReader(store).runs()[0]["status"] == "running"
+    )  # (within the default 60 s it still looks alive)
 
 
 def test_an_open_read_transaction_does_not_block_the_writer(tmp_path: Path) -> None:
@@ -71,8 +75,10 @@ def test_an_open_read_transaction_does_not_block_the_writer(tmp_path: Path) -> N
 
     t0 = time.perf_counter()
     for step in range(2, 22):
-        episode = Episode(task_id="t", trajectories=[Trajectory(steps=[Step(prompt_ids=[1], response_ids=[2],
-                                                                            logprobs=[-0.1])])])
+        episode = Episode(
+            task_id="t",
+            trajectories=[Trajectory(steps=[Step(prompt_ids=[1], response_ids=[2], logprobs=[-0.1])])],
+        )
         run.stage_episodes(step, [episode])
         run.log(step, {"x": float(step)})
     assert time.perf_counter() - t0 < 5.0  # would be the 30 s lock timeout if the reader blocked it

@@ -16,15 +16,30 @@ from rllm.store import reader as reader_module
 from rllm.types import Episode, Step, Trajectory
 
 # Tables whose size grows with steps and episodes; `runs` has a row per run and may be scanned.
-BIG_TABLES = {"metrics", "metric_keys", "episodes", "episode_details", "episode_steps", "token_texts",
-              "eval_results"}
+BIG_TABLES = {
+    "metrics",
+    "metric_keys",
+    "episodes",
+    "episode_details",
+    "episode_steps",
+    "token_texts",
+    "eval_results",
+}
 
 
 def test_reader_queries_use_indexes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "rllm.db"
     run = RunWriter.start(store, kind="train", name="r", config={})
-    episode = Episode(task_id="t", task={"question": "q"}, trajectories=[Trajectory(name="solver", steps=[
-        Step(prompt_ids=[1, 2], response_ids=[3], logprobs=[-0.1], response_text="hello")])])
+    episode = Episode(
+        task_id="t",
+        task={"question": "q"},
+        trajectories=[
+            Trajectory(
+                name="solver",
+                steps=[Step(prompt_ids=[1, 2], response_ids=[3], logprobs=[-0.1], response_text="hello")],
+            )
+        ],
+    )
     run.stage_episodes(1, [episode])
     run.log(1, {"reward/mean": 1.0, "eval/accuracy": 0.5, "eval/n": 2})
     for step in range(2, 60):  # enough points to thin, regular and irregular
@@ -48,9 +63,14 @@ def test_reader_queries_use_indexes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     reader.metrics(run.id)
     reader.metrics(run.id, ["reward/mean", "odd"], after_step=0, max_points=4)
     reader.steps(run.id)
-    for query in (EpisodeQuery(), EpisodeQuery(step=1), EpisodeQuery(min_reward=0.5, max_reward=1),
-                  EpisodeQuery(role="solver", termination="env_done", correct=True), EpisodeQuery(q="hello"),
-                  EpisodeQuery(step=1, q="he", offset=10)):
+    for query in (
+        EpisodeQuery(),
+        EpisodeQuery(step=1),
+        EpisodeQuery(min_reward=0.5, max_reward=1),
+        EpisodeQuery(role="solver", termination="env_done", correct=True),
+        EpisodeQuery(q="hello"),
+        EpisodeQuery(step=1, q="he", offset=10),
+    ):
         reader.episodes(run.id, query)
     reader.episode(episode.id)
     reader.tokens(episode.id)

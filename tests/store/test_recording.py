@@ -34,12 +34,28 @@ async def echo_workflow(task: dict[str, Any], ctx: RolloutContext) -> float:
 
 
 def _config(model: Path, runs: Path, *overrides: str) -> TrainConfig:
-    return load_config(TrainConfig, None, [
-        f"model.path={model}", f"trainer.run_dir={runs}", "trainer.name=rec", "trainer.steps=1", "trainer.threads=1",
-        "trainer.loggers=[jsonl]", "trainer.plot=false", "eval.before=false", "eval.after=false",
-        "backend.device=cpu", "lora.rank=4", "lora.alpha=8", "rollout.batch_size=2", "rollout.group_size=4",
-        "rollout.max_tokens=3", *overrides,
-    ])
+    return load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={model}",
+            f"trainer.run_dir={runs}",
+            "trainer.name=rec",
+            "trainer.steps=1",
+            "trainer.threads=1",
+            "trainer.loggers=[jsonl]",
+            "trainer.plot=false",
+            "eval.before=false",
+            "eval.after=false",
+            "backend.device=cpu",
+            "lora.rank=4",
+            "lora.alpha=8",
+            "rollout.batch_size=2",
+            "rollout.group_size=4",
+            "rollout.max_tokens=3",
+            *overrides,
+        ],
+    )
 
 
 def test_training_records_into_the_run_directory_store_by_default(
@@ -55,8 +71,9 @@ def test_training_records_into_the_run_directory_store_by_default(
     assert run["status"] == "finished" and run["step"] == 1
     stored = reader.episodes(run["id"], EpisodeQuery())["episodes"]
     assert stored and all(e["step"] == 1 for e in stored)
-    truncated = sum(reader.episode(e["id"])["trajectories"][0]["steps"][0]["finish_reason"] == "length"
-                    for e in stored)
+    truncated = sum(
+        reader.episode(e["id"])["trajectories"][0]["steps"][0]["finish_reason"] == "length" for e in stored
+    )
     assert len(stored) <= 2 + truncated  # 2 sampled, plus any cut at max_tokens
 
 
@@ -76,23 +93,38 @@ def test_a_run_that_raises_is_recorded_as_failed(
     assert run["status"] == "failed" and run["error"].startswith("RuntimeError: the held-out set exploded")
 
 
-def test_store_keys_are_checked_and_documented(tiny_model_dir: Path, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_store_keys_are_checked_and_documented(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from rllm.trainer.agent_trainer import AgentTrainer
 
     with pytest.raises(UnsupportedConfigError, match="store_enabled=false"):
-        AgentTrainer(_config(tiny_model_dir, tmp_path, "trainer.store_enabled=false", "trainer.store=x.db"),
-                     workflow=echo_workflow, train_tasks=TASKS, test_tasks=TASKS)
+        AgentTrainer(
+            _config(tiny_model_dir, tmp_path, "trainer.store_enabled=false", "trainer.store=x.db"),
+            workflow=echo_workflow,
+            train_tasks=TASKS,
+            test_tasks=TASKS,
+        )
     with pytest.raises(UnsupportedConfigError, match="is a directory"):
-        AgentTrainer(_config(tiny_model_dir, tmp_path, f"trainer.store={tmp_path}"),
-                     workflow=echo_workflow, train_tasks=TASKS, test_tasks=TASKS)
+        AgentTrainer(
+            _config(tiny_model_dir, tmp_path, f"trainer.store={tmp_path}"),
+            workflow=echo_workflow,
+            train_tasks=TASKS,
+            test_tasks=TASKS,
+        )
     with pytest.raises(ValueError, match="store_episodes_per_step"):
         _config(tiny_model_dir, tmp_path, "trainer.store_episodes_per_step=-1")
-    off = AgentTrainer(_config(tiny_model_dir, tmp_path, "trainer.store_enabled=false"),
-                       workflow=echo_workflow, train_tasks=TASKS, test_tasks=TASKS)
+    off = AgentTrainer(
+        _config(tiny_model_dir, tmp_path, "trainer.store_enabled=false"),
+        workflow=echo_workflow,
+        train_tasks=TASKS,
+        test_tasks=TASKS,
+    )
     assert off._open_run_store(None) is None
     assert main(["train", "--help-config"]) == 0
-    keys = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("trainer.store")]
+    keys = [
+        line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("trainer.store")
+    ]
     assert keys == ["trainer.store_enabled", "trainer.store", "trainer.store_episodes_per_step"]
 
 
@@ -106,8 +138,16 @@ def test_an_eval_is_recorded_as_a_run_of_its_rows(tiny_model_dir: Path, tmp_path
     store = tmp_path / "rllm.db"
 
     def spec(**kw: Any) -> EvalSpec:
-        return EvalSpec(dataset="larger", output=tmp_path / "larger.jsonl", model=str(tiny_model_dir), max_tokens=6,
-                        device="cpu", dtype="float32", store=store, **kw)
+        return EvalSpec(
+            dataset="larger",
+            output=tmp_path / "larger.jsonl",
+            model=str(tiny_model_dir),
+            max_tokens=6,
+            device="cpu",
+            dtype="float32",
+            store=store,
+            **kw,
+        )
 
     summary = run_eval(spec(k=2), tasks, chat_flow(), reward_evaluator(number_reward), show_progress=False)
     reader = StoreReader(store)
@@ -117,15 +157,18 @@ def test_an_eval_is_recorded_as_a_run_of_its_rows(tiny_model_dir: Path, tmp_path
     evals = reader.evals(run["id"])
     assert evals["evals"] == [{"step": 0, "accuracy": pytest.approx(summary.accuracy), "n": 6}]
     rows = load_results(tmp_path / "larger.jsonl")
-    assert [(r["task_id"], r["output"], r["reward"]) for r in sorted(rows, key=lambda r: (r["task_id"], r["sample"]))] == [
-        (r["task_id"], r["output"], r["reward"]) for r in evals["results"]]
+    assert [
+        (r["task_id"], r["output"], r["reward"])
+        for r in sorted(rows, key=lambda r: (r["task_id"], r["sample"]))
+    ] == [(r["task_id"], r["output"], r["reward"]) for r in evals["results"]]
     assert "api_key" not in reader.config(run["id"])
 
     # Resuming with more samples continues the same run; its results grow to every row of the file.
-    run_eval(spec(k=2, n=3), tasks, chat_flow(), reward_evaluator(number_reward),
-             show_progress=False)
+    run_eval(spec(k=2, n=3), tasks, chat_flow(), reward_evaluator(number_reward), show_progress=False)
     [again] = reader.runs()
-    assert again["id"] == run["id"] and reader.evals(run["id"])["total"] == 9 == len(load_results(tmp_path / "larger.jsonl"))
+    assert again["id"] == run["id"] and reader.evals(run["id"])["total"] == 9 == len(
+        load_results(tmp_path / "larger.jsonl")
+    )
 
 
 def test_trainer_logprobs_land_on_the_steps_of_merged_rows() -> None:
@@ -133,8 +176,10 @@ def test_trainer_logprobs_land_on_the_steps_of_merged_rows() -> None:
     turn1 = Step(prompt_ids=[1, 2], response_ids=[3, 4], logprobs=[-0.3, -0.4])
     turn2 = Step(prompt_ids=[1, 2, 3, 4, 5], response_ids=[6], logprobs=[-0.6])
     lone = Step(prompt_ids=[9], response_ids=[8, 7], logprobs=[-0.8, -0.7])
-    episodes = [Episode(task_id="a", reward=1.0, trajectories=[Trajectory(steps=[turn1, turn2])]),
-                Episode(task_id="a", reward=0.0, trajectories=[Trajectory(steps=[lone])])]
+    episodes = [
+        Episode(task_id="a", reward=1.0, trajectories=[Trajectory(steps=[turn1, turn2])]),
+        Episode(task_id="a", reward=0.0, trajectories=[Trajectory(steps=[lone])]),
+    ]
     groups, _ = filter_groups(group_episodes(episodes), FilterConfig())
     compute_advantages(groups, "grpo")
     batch = build_train_batch(groups)

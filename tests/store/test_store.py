@@ -21,20 +21,45 @@ class FakeTokenizer:
 _tokenizer = FakeTokenizer()
 
 
-def _episode(task_id: str, reward: float, *, answer: str = "42", roles: tuple[str, ...] = ("default",),
-             reason: TerminationReason = TerminationReason.ENV_DONE, error: str | None = None) -> Episode:
+def _episode(
+    task_id: str,
+    reward: float,
+    *,
+    answer: str = "42",
+    roles: tuple[str, ...] = ("default",),
+    reason: TerminationReason = TerminationReason.ENV_DONE,
+    error: str | None = None,
+) -> Episode:
     trajectories = [
-        Trajectory(name=role, reward=reward, steps=[Step(
-            prompt_ids=[1, 2, 3], response_ids=[7, 8, 9], logprobs=[-0.5, float("-inf"), -0.25],
-            response_mask=[1, 0, 1], messages=[{"role": "user", "content": f"What is 6*7? ({task_id})"}],
-            response_text=f"{role} says {answer}", advantage=reward - 0.5, reward=reward,
-            info={"drift_at": [2], "trainer_logprobs": [-0.4, 0.0, -0.3]},
-        )])
+        Trajectory(
+            name=role,
+            reward=reward,
+            steps=[
+                Step(
+                    prompt_ids=[1, 2, 3],
+                    response_ids=[7, 8, 9],
+                    logprobs=[-0.5, float("-inf"), -0.25],
+                    response_mask=[1, 0, 1],
+                    messages=[{"role": "user", "content": f"What is 6*7? ({task_id})"}],
+                    response_text=f"{role} says {answer}",
+                    advantage=reward - 0.5,
+                    reward=reward,
+                    info={"drift_at": [2], "trainer_logprobs": [-0.4, 0.0, -0.3]},
+                )
+            ],
+        )
         for role in roles
     ]
-    return Episode(task_id=task_id, task={"question": f"What is 6*7? ({task_id})", "answer": "42"},
-                   trajectories=trajectories, reward=reward, is_correct=reward > 0.5, termination_reason=reason,
-                   error=error, info={"note": float("nan")})
+    return Episode(
+        task_id=task_id,
+        task={"question": f"What is 6*7? ({task_id})", "answer": "42"},
+        trajectories=trajectories,
+        reward=reward,
+        is_correct=reward > 0.5,
+        termination_reason=reason,
+        error=error,
+        info={"note": float("nan")},
+    )
 
 
 @pytest.fixture
@@ -43,8 +68,15 @@ def store(tmp_path: Path) -> Path:
 
 
 def test_a_run_round_trips(store: Path) -> None:
-    run = RunWriter.start(store, kind="train", name="my run", config={"trainer": {"steps": 2}}, model="tiny",
-                          task="larger", location=store.parent / "my run")
+    run = RunWriter.start(
+        store,
+        kind="train",
+        name="my run",
+        config={"trainer": {"steps": 2}},
+        model="tiny",
+        task="larger",
+        location=store.parent / "my run",
+    )
     run.log(0, {"eval/accuracy": 0.25, "eval/n": 4})
     run.stage_episodes(1, [_episode("a", 1.0), _episode("a", 0.0, answer="41")], _tokenizer)
     run.log(1, {"reward/mean": 0.5, "train/loss": float("nan"), "accuracy": 0.5})
@@ -55,17 +87,29 @@ def test_a_run_round_trips(store: Path) -> None:
     assert listed["id"] == run.id and listed["id"].startswith("my_run-")
     assert listed["status"] == "running" and listed["kind"] == "train" and listed["step"] == 2
     assert listed["model"] == "tiny" and listed["task"] == "larger" and listed["ended_at"] is None
-    assert listed["metrics"] == {"reward/mean": 0.75, "eval/accuracy": 0.5, "accuracy": 0.5}  # nan is no value
+    assert listed["metrics"] == {
+        "reward/mean": 0.75,
+        "eval/accuracy": 0.5,
+        "accuracy": 0.5,
+    }  # nan is no value
 
     detail = reader.run(run.id)
     assert detail["config"] == {"trainer": {"steps": 2}} == reader.config(run.id)
     assert detail["code_version"]
     assert detail["metric_keys"] == ["accuracy", "eval/accuracy", "eval/n", "reward/mean", "train/loss"]
     assert reader.metrics(run.id, ["reward/mean", "train/loss"]) == {
-        "series": {"reward/mean": [[1, 0.5], [2, 0.75]], "train/loss": [[1, None]]}, "last_step": 2}
+        "series": {"reward/mean": [[1, 0.5], [2, 0.75]], "train/loss": [[1, None]]},
+        "last_step": 2,
+    }
     assert reader.metrics(run.id, ["reward/mean"], after_step=1)["series"] == {"reward/mean": [[2, 0.75]]}
-    assert reader.metrics(run.id, after_step=2) == {"series": {k: [] for k in detail["metric_keys"]}, "last_step": 2}
-    assert reader.evals(run.id)["evals"] == [{"step": 0, "accuracy": 0.25, "n": 4}, {"step": 2, "accuracy": 0.5, "n": 4}]
+    assert reader.metrics(run.id, after_step=2) == {
+        "series": {k: [] for k in detail["metric_keys"]},
+        "last_step": 2,
+    }
+    assert reader.evals(run.id)["evals"] == [
+        {"step": 0, "accuracy": 0.25, "n": 4},
+        {"step": 2, "accuracy": 0.5, "n": 4},
+    ]
 
     run.finish({"final_accuracy": 0.5})
     finished = reader.run(run.id)
@@ -84,9 +128,18 @@ def test_episodes_and_their_tokens_round_trip(store: Path) -> None:
     assert listing["total"] == 2
     assert {e["id"] for e in listing["episodes"]} == {e.id for e in episodes}
     a = next(e for e in listing["episodes"] if e["task_id"] == "a")
-    assert a == {"id": episodes[0].id, "step": 3, "task_id": "a", "reward": 1.0, "is_correct": True,
-                 "termination_reason": "env_done", "error": None, "roles": ["solver", "judge"], "n_steps": 2,
-                 "preview": "judge says 42"}
+    assert a == {
+        "id": episodes[0].id,
+        "step": 3,
+        "task_id": "a",
+        "reward": 1.0,
+        "is_correct": True,
+        "termination_reason": "env_done",
+        "error": None,
+        "roles": ["solver", "judge"],
+        "n_steps": 2,
+        "preview": "judge says 42",
+    }
     assert reader.steps(run.id) == [3]
 
     full = reader.episode(episodes[0].id)
@@ -112,10 +165,18 @@ def test_episodes_and_their_tokens_round_trip(store: Path) -> None:
 
 def test_episode_filters(store: Path) -> None:
     run = RunWriter.start(store, kind="train", name="r", config={})
-    run.stage_episodes(1, [_episode("a", 1.0), _episode("b", 0.0, answer="seven", roles=("solver",))], _tokenizer)
+    run.stage_episodes(
+        1, [_episode("a", 1.0), _episode("b", 0.0, answer="seven", roles=("solver",))], _tokenizer
+    )
     run.log(1, {})
-    run.stage_episodes(2, [_episode("c", 0.0, reason=TerminationReason.ERROR, error="boom"),
-                           _episode("d", 0.5, answer="Forty-Two")], _tokenizer)
+    run.stage_episodes(
+        2,
+        [
+            _episode("c", 0.0, reason=TerminationReason.ERROR, error="boom"),
+            _episode("d", 0.5, answer="Forty-Two"),
+        ],
+        _tokenizer,
+    )
     run.log(2, {})
     reader = StoreReader(store)
 
@@ -175,8 +236,9 @@ def test_resume_continues_the_run_and_drops_what_it_redoes(store: Path, tmp_path
         first.stage_episodes(step, [_episode(f"t{step}", 1.0)], _tokenizer)
         first.log(step, {"reward/mean": float(step)})
     first.fail("killed")
-    again = RunWriter.start(store, kind="train", name="job", config={"resumed": True}, location=run_dir,
-                            resume_from_step=2)
+    again = RunWriter.start(
+        store, kind="train", name="job", config={"resumed": True}, location=run_dir, resume_from_step=2
+    )
     assert again.id == first.id
     reader = StoreReader(store)
     assert reader.run(first.id)["status"] == "running" and reader.run(first.id)["step"] == 2
@@ -195,18 +257,36 @@ def test_resume_continues_the_run_and_drops_what_it_redoes(store: Path, tmp_path
 
 def test_eval_results(store: Path) -> None:
     run = RunWriter.start(store, kind="eval", name="eval-larger", config={})
-    rows = [{"task_id": f"t{i}", "sample": s, "reward": float(i % 2), "is_correct": i % 2 == 1,
-             "output": f"answer {i}", "info": {"i": i}, "error": None, "termination_reason": "env_done"}
-            for i in range(3) for s in range(2)]
+    rows = [
+        {
+            "task_id": f"t{i}",
+            "sample": s,
+            "reward": float(i % 2),
+            "is_correct": i % 2 == 1,
+            "output": f"answer {i}",
+            "info": {"i": i},
+            "error": None,
+            "termination_reason": "env_done",
+        }
+        for i in range(3)
+        for s in range(2)
+    ]
     run.add_eval_results(rows)
     run.add_eval_results([{**rows[0], "reward": 1.0, "is_correct": True}])  # a re-run sample replaces its row
     run.log(0, {"eval/accuracy": 4 / 6, "eval/n": 6})
     run.finish({"accuracy": 4 / 6})
     got = StoreReader(store).evals(run.id, limit=2, offset=0)
     assert got["total"] == 6 and got["evals"] == [{"step": 0, "accuracy": pytest.approx(4 / 6), "n": 6}]
-    assert got["results"][0] == {"task_id": "t0", "sample": 0, "reward": 1.0, "is_correct": True,
-                                 "output": "answer 0", "info": {"i": 0}, "error": None,
-                                 "termination_reason": "env_done"}
+    assert got["results"][0] == {
+        "task_id": "t0",
+        "sample": 0,
+        "reward": 1.0,
+        "is_correct": True,
+        "output": "answer 0",
+        "info": {"i": 0},
+        "error": None,
+        "termination_reason": "env_done",
+    }
     assert StoreReader(store).evals(run.id, limit=10, offset=5)["results"][0]["task_id"] == "t2"
 
 
@@ -221,21 +301,32 @@ def test_long_series_are_thinned_keeping_the_last_point(store: Path) -> None:
         run.log(step, metrics)
     reader = StoreReader(store)
     series = reader.metrics(run.id, max_points=100)["series"]
-    assert 100 <= len(series["loss"]) <= 101 and series["loss"][0] == [1, 1.0] and series["loss"][-1] == [4000, 4000.0]
+    assert (
+        100 <= len(series["loss"]) <= 101
+        and series["loss"][0] == [1, 1.0]
+        and series["loss"][-1] == [4000, 4000.0]
+    )
     assert [s for s, _ in series["loss"][:3]] == [1, 41, 81]
-    evals = [s for s, _ in series["eval/accuracy"]]  # every 5th of 500 evals, on their own steps, and the last
+    evals = [
+        s for s, _ in series["eval/accuracy"]
+    ]  # every 5th of 500 evals, on their own steps, and the last
     assert len(evals) == 101 and evals[:3] == [8, 48, 88] and evals[-2:] == [3968, 4000]
     assert 25 <= len(series["odd"]) <= 101 and series["odd"][-1][0] == 3977  # 41 * 97
     assert len(reader.metrics(run.id, ["loss"], max_points=None)["series"]["loss"]) == 4000
-    assert reader.metrics(run.id, ["loss"], after_step=3990, max_points=5)["series"]["loss"][-1] == [4000, 4000.0]
+    assert reader.metrics(run.id, ["loss"], after_step=3990, max_points=5)["series"]["loss"][-1] == [
+        4000,
+        4000.0,
+    ]
     run.finish()
 
 
 def test_sampling_keeps_failed_and_truncated_episodes_and_spreads_over_groups() -> None:
     episodes = [_episode(f"task{g}", float(i % 2)) for g in range(4) for i in range(8)]
-    failed = [_episode("task0", 0.0, reason=TerminationReason.ERROR, error="boom"),
-              _episode("task1", 0.0, reason=TerminationReason.TIMEOUT),
-              _episode("task2", 0.0, reason=TerminationReason.MAX_RESPONSE_LENGTH)]
+    failed = [
+        _episode("task0", 0.0, reason=TerminationReason.ERROR, error="boom"),
+        _episode("task1", 0.0, reason=TerminationReason.TIMEOUT),
+        _episode("task2", 0.0, reason=TerminationReason.MAX_RESPONSE_LENGTH),
+    ]
     everything = episodes[:5] + failed + episodes[5:]
     kept = sample_episodes(everything, 6)
     assert all(f in kept for f in failed) and len(kept) == 6 + len(failed)

@@ -123,7 +123,9 @@ def test_python_tool_survives_a_memory_bomb() -> None:
 
 
 def test_python_tool_writes_stay_in_a_temporary_directory_that_is_removed() -> None:
-    code = "import os\nopen('out.txt', 'w').write('hello')\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))"
+    code = (
+        "import os\nopen('out.txt', 'w').write('hello')\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))"
+    )
     workdir, listing = _run(code).splitlines()
     assert workdir != os.getcwd()
     assert os.path.basename(workdir).startswith("rllm-sandbox-")

@@ -43,8 +43,9 @@ def serve_ui(store_path: Path) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(store_path, poll_s=0.2), log_level="warning", lifespan="off",
-                            timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        create_app(store_path, poll_s=0.2), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="rllm-ui-test", daemon=True)
     thread.start()
@@ -87,13 +88,28 @@ def tiny_training(workdir: Path, store: Path, name: str, *, seed: int = 0, steps
     model = workdir / "tiny_model"
     if not (model / "config.json").exists():
         make_tiny_llama(model, seed=0)
-    code = main([
-        "train", f"model.path={model}", f"trainer.run_dir={workdir / 'runs'}", f"trainer.name={name}",
-        f"trainer.store={store}", f"trainer.seed={seed}", f"trainer.steps={steps}", "rollout.batch_size=2",
-        "rollout.group_size=2", "rollout.max_tokens=8", "eval.max_tokens=4", "data.train_size=8",
-        "data.test_size=4", "trainer.plot=false", "algorithm.filters.drop_zero_variance=false",
-        "backend.device=cpu", "backend.old_logprobs=recompute", "trainer.loggers=[jsonl]",
-    ])
+    code = main(
+        [
+            "train",
+            f"model.path={model}",
+            f"trainer.run_dir={workdir / 'runs'}",
+            f"trainer.name={name}",
+            f"trainer.store={store}",
+            f"trainer.seed={seed}",
+            f"trainer.steps={steps}",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "rollout.max_tokens=8",
+            "eval.max_tokens=4",
+            "data.train_size=8",
+            "data.test_size=4",
+            "trainer.plot=false",
+            "algorithm.filters.drop_zero_variance=false",
+            "backend.device=cpu",
+            "backend.old_logprobs=recompute",
+            "trainer.loggers=[jsonl]",
+        ]
+    )
     if code != 0:
         raise RuntimeError(f"tiny training run {name!r} exited with {code}")
 
@@ -106,8 +122,9 @@ class MetricWriter(threading.Thread):
         super().__init__(name=f"metric-writer-{name}", daemon=True)
         from rllm.store import RunWriter
 
-        self.writer = RunWriter.start(store, kind="train", name=name, config={"trainer": {"name": name}},
-                                      model="tiny", task="larger")
+        self.writer = RunWriter.start(
+            store, kind="train", name=name, config={"trainer": {"name": name}}, model="tiny", task="larger"
+        )
         self.steps, self.initial, self.interval_s = steps, initial, interval_s
         for step in range(1, initial + 1):
             self.writer.log(step, self.metrics(step))
@@ -115,7 +132,7 @@ class MetricWriter(threading.Thread):
 
     @staticmethod
     def metrics(step: int) -> dict[str, float]:
-        return {"reward/mean": 1 - 0.9 ** step, "train/loss": 0.5 / step}
+        return {"reward/mean": 1 - 0.9**step, "train/loss": 0.5 / step}
 
     def run(self) -> None:
         try:
@@ -136,30 +153,81 @@ def write_agent_run(store: Path) -> str:
 
     question = "What is 17 * 23? Use the calculator."
     first = [{"role": "system", "content": "You can call tools."}, {"role": "user", "content": question}]
-    tool_call = {"id": "call_7", "type": "function",
-                 "function": {"name": "calculator", "arguments": '{"expression": "17 * 23"}'}}
-    second = [*first, {"role": "assistant", "content": None, "tool_calls": [tool_call]},
-              {"role": "tool", "tool_call_id": "call_7", "content": "391"}]
-    calls = [
-        Step(prompt_ids=[1, 2, 3], response_ids=[10, 11, 12], logprobs=[-0.1, -0.5, -2.0], messages=first,
-             response_text='<tool_call>{"name": "calculator"}</tool_call>', reward=1.0, advantage=0.8),
-        Step(prompt_ids=[1, 2, 3, 10, 11, 12, 4], response_ids=[20, 21, 22, 23], logprobs=[-0.2, -0.3, -1.5, -0.05],
-             response_mask=[0, 1, 1, 1], messages=second, response_text="The answer is 391.", reward=1.0,
-             advantage=0.8, info={"trainer_logprobs": [-0.2, -0.31, -2.9, -0.06], "drift_at": 9}),
+    tool_call = {
+        "id": "call_7",
+        "type": "function",
+        "function": {"name": "calculator", "arguments": '{"expression": "17 * 23"}'},
+    }
+    second = [
+        *first,
+        {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "391"},
     ]
-    episode = Episode(task_id="calc-1", task={"question": question, "answer": "391"},
-                      trajectories=[Trajectory(name="solver", steps=calls, reward=1.0)], reward=1.0, is_correct=True)
-    texts = {1: "<|im_start|>", 2: "user", 3: "\n", 4: "<|im_start|>", 10: "<tool_call>", 11: "calc", 12: "</tool_call>",
-             20: "The", 21: " answer", 22: " is", 23: " 391."}
-    run = RunWriter.start(store, kind="train", name="agent", config={"trainer": {"name": "agent", "steps": 1}},
-                          model="tiny", task="calc")
+    calls = [
+        Step(
+            prompt_ids=[1, 2, 3],
+            response_ids=[10, 11, 12],
+            logprobs=[-0.1, -0.5, -2.0],
+            messages=first,
+            response_text='<tool_call>{"name": "calculator"}</tool_call>',
+            reward=1.0,
+            advantage=0.8,
+        ),
+        Step(
+            prompt_ids=[1, 2, 3, 10, 11, 12, 4],
+            response_ids=[20, 21, 22, 23],
+            logprobs=[-0.2, -0.3, -1.5, -0.05],
+            response_mask=[0, 1, 1, 1],
+            messages=second,
+            response_text="The answer is 391.",
+            reward=1.0,
+            advantage=0.8,
+            info={"trainer_logprobs": [-0.2, -0.31, -2.9, -0.06], "drift_at": 9},
+        ),
+    ]
+    episode = Episode(
+        task_id="calc-1",
+        task={"question": question, "answer": "391"},
+        trajectories=[Trajectory(name="solver", steps=calls, reward=1.0)],
+        reward=1.0,
+        is_correct=True,
+    )
+    texts = {
+        1: "<|im_start|>",
+        2: "user",
+        3: "\n",
+        4: "<|im_start|>",
+        10: "<tool_call>",
+        11: "calc",
+        12: "</tool_call>",
+        20: "The",
+        21: " answer",
+        22: " is",
+        23: " 391.",
+    }
+    run = RunWriter.start(
+        store,
+        kind="train",
+        name="agent",
+        config={"trainer": {"name": "agent", "steps": 1}},
+        model="tiny",
+        task="calc",
+    )
     run.stage_episodes(1, [episode], _TableTokenizer(texts))
     run.log(1, {"reward/mean": 1.0})
-    run.add_eval_results([
-        {"task_id": f"calc-{i}", "sample": 0, "reward": float(i % 2), "is_correct": i % 2 == 1,
-         "output": f"The answer is {i * 7}.", "info": {"expected": str(i * 7 + i % 2)}}
-        for i in range(6)
-    ])
+    run.add_eval_results(
+        [
+            {
+                "task_id": f"calc-{i}",
+                "sample": 0,
+                "reward": float(i % 2),
+                "is_correct": i % 2 == 1,
+                "output": f"The answer is {i * 7}.",
+                "info": {"expected": str(i * 7 + i % 2)},
+            }
+            for i in range(6)
+        ]
+    )
     run.finish({"final_accuracy": 0.5})
     return run.id
 

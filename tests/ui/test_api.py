@@ -38,24 +38,46 @@ def trained(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     from rllm.utils.config import load_config
 
     runs = tmp_path_factory.mktemp("runs")
-    cfg = load_config(TrainConfig, None, [
-        f"model.path={tiny_model_dir}", f"trainer.run_dir={runs}", "trainer.name=tiny", f"trainer.store={runs}/ui.db",
-        "trainer.steps=2", "trainer.threads=1", "trainer.loggers=[jsonl]", "trainer.plot=false",
-        "eval.before=true", "eval.after=true", "eval.max_tokens=4", "backend.device=cpu",
-        "backend.old_logprobs=recompute", "lora.rank=4", "lora.alpha=8", "optim.lr=0.01",
-        "rollout.batch_size=2", "rollout.group_size=4", "rollout.max_tokens=4", "trainer.store_episodes_per_step=6",
-    ])
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={tiny_model_dir}",
+            f"trainer.run_dir={runs}",
+            "trainer.name=tiny",
+            f"trainer.store={runs}/ui.db",
+            "trainer.steps=2",
+            "trainer.threads=1",
+            "trainer.loggers=[jsonl]",
+            "trainer.plot=false",
+            "eval.before=true",
+            "eval.after=true",
+            "eval.max_tokens=4",
+            "backend.device=cpu",
+            "backend.old_logprobs=recompute",
+            "lora.rank=4",
+            "lora.alpha=8",
+            "optim.lr=0.01",
+            "rollout.batch_size=2",
+            "rollout.group_size=4",
+            "rollout.max_tokens=4",
+            "trainer.store_episodes_per_step=6",
+        ],
+    )
     trainer = AgentTrainer(cfg, workflow=parity_workflow, train_tasks=TASKS, test_tasks=TASKS[:2])
     trainer.train()
     return runs / "ui.db", trainer
 
 
-def test_a_training_run_through_every_endpoint_over_http(trained: tuple[Path, Any], tiny_model_dir: Path) -> None:
+def test_a_training_run_through_every_endpoint_over_http(
+    trained: tuple[Path, Any], tiny_model_dir: Path
+) -> None:
     from transformers import AutoTokenizer
 
     store, trainer = trained
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     with GatewayServer(create_app(store)) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+
         def get(path: str, **params: Any) -> Any:
             response = http.get(path, params=params)
             assert response.status_code == 200, response.text
@@ -71,7 +93,9 @@ def test_a_training_run_through_every_endpoint_over_http(trained: tuple[Path, An
         rid = run["id"]
 
         detail = get(f"/api/runs/{rid}")
-        assert detail["config"]["trainer"]["steps"] == 2 and detail["config"] == get(f"/api/runs/{rid}/config")
+        assert detail["config"]["trainer"]["steps"] == 2 and detail["config"] == get(
+            f"/api/runs/{rid}/config"
+        )
         assert detail["summary"]["steps"] == 2 and detail["code_version"]
         assert {"reward/mean", "eval/accuracy", "train/loss", "train/grad_norm"} <= set(detail["metric_keys"])
 
@@ -82,8 +106,13 @@ def test_a_training_run_through_every_endpoint_over_http(trained: tuple[Path, An
         jsonl = [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()]
         assert metrics["series"]["reward/mean"][1][1] == pytest.approx(jsonl[-1]["reward/mean"])
         after = get(f"/api/runs/{rid}/metrics", keys="reward/mean,train/loss", after_step=1)
-        assert after == {"series": {"reward/mean": [[2, metrics["series"]["reward/mean"][1][1]]],
-                                    "train/loss": [[2, metrics["series"]["train/loss"][1][1]]]}, "last_step": 2}
+        assert after == {
+            "series": {
+                "reward/mean": [[2, metrics["series"]["reward/mean"][1][1]]],
+                "train/loss": [[2, metrics["series"]["train/loss"][1][1]]],
+            },
+            "last_step": 2,
+        }
         with http.stream("GET", f"/api/runs/{rid}/metrics/stream", params={"keys": "reward/mean"}) as stream:
             body = "".join(stream.iter_text())  # the run has finished: all points, then the end
         assert '"reward/mean": [[1, ' in body and body.rstrip().endswith('data: {"status": "finished"}')
@@ -135,8 +164,18 @@ def test_a_training_run_records_what_it_costs(trained: tuple[Path, Any]) -> None
 
 
 def _episode(task_id: str, reward: float) -> Episode:
-    return Episode(task_id=task_id, task={"question": "q"}, reward=reward, trajectories=[Trajectory(steps=[
-        Step(prompt_ids=[1, 2], response_ids=[3, 4], logprobs=[-0.1, -0.2], response_text="hello")])])
+    return Episode(
+        task_id=task_id,
+        task={"question": "q"},
+        reward=reward,
+        trajectories=[
+            Trajectory(
+                steps=[
+                    Step(prompt_ids=[1, 2], response_ids=[3, 4], logprobs=[-0.1, -0.2], response_text="hello")
+                ]
+            )
+        ],
+    )
 
 
 @pytest.fixture
@@ -160,16 +199,18 @@ def test_the_metric_stream_delivers_points_as_they_are_written(store: Path) -> N
     comments = 0
     with GatewayServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
         writer.start()
-        with http.stream("GET", f"/api/runs/{run.id}/metrics/stream", params={"keys": "reward/mean"}) as stream:
+        with http.stream(
+            "GET", f"/api/runs/{run.id}/metrics/stream", params={"keys": "reward/mean"}
+        ) as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")
             kind = "message"
             for line in stream.iter_lines():
                 if line.startswith(":"):
                     comments += 1
                 elif line.startswith("event: "):
-                    kind = line[len("event: "):]
+                    kind = line[len("event: ") :]
                 elif line.startswith("data: "):
-                    events.append({"kind": kind, **json.loads(line[len("data: "):])})
+                    events.append({"kind": kind, **json.loads(line[len("data: ") :])})
                     kind = "message"
         writer.join()
     data = [e for e in events if e["kind"] == "message"]
@@ -187,8 +228,15 @@ def test_errors_are_json_with_the_reason(store: Path) -> None:
     run.log(1, {"x": 1.0})
     eid = _client(store).get(f"/api/runs/{run.id}/episodes").json()["episodes"][0]["id"]
     client = _client(store)
-    for path in ("/api/runs/nope", "/api/runs/nope/metrics", "/api/runs/nope/metrics/stream",
-                 "/api/runs/nope/episodes", "/api/runs/nope/steps", "/api/runs/nope/evals", "/api/runs/nope/config"):
+    for path in (
+        "/api/runs/nope",
+        "/api/runs/nope/metrics",
+        "/api/runs/nope/metrics/stream",
+        "/api/runs/nope/episodes",
+        "/api/runs/nope/steps",
+        "/api/runs/nope/evals",
+        "/api/runs/nope/config",
+    ):
         response = client.get(path)
         assert response.status_code == 404 and response.json() == {"error": "no run 'nope'"}, path
     assert client.get("/api/episodes/nope").json() == {"error": "no episode 'nope'"}
@@ -239,7 +287,10 @@ def test_rllm_ui_serves_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.update(app=app, **kw))
     assert main(["ui", "--store", str(tmp_path / "none.db"), "--port", str(_free_port())]) == 0
     assert served["host"] == "127.0.0.1"
-    assert TestClient(served["app"]).get("/api/runs").json() == {"runs": [], "store": str(tmp_path / "none.db")}
+    assert TestClient(served["app"]).get("/api/runs").json() == {
+        "runs": [],
+        "store": str(tmp_path / "none.db"),
+    }
 
     monkeypatch.setenv("RLLM_STORE", str(tmp_path / "env.db"))
     assert main(["ui", "--port", str(_free_port())]) == 0

@@ -25,11 +25,15 @@ from browser_support import (
     write_agent_run,
 )
 
-sync_api = pytest.importorskip("playwright.sync_api", reason=f"the browser tests need playwright: {SETUP_HINT}")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason=f"the browser tests need playwright: {SETUP_HINT}"
+)
 
 CHROMIUM = find_chromium()
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason=f"no Chromium executable for the browser tests: {SETUP_HINT}"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason=f"no Chromium executable for the browser tests: {SETUP_HINT}"
+    ),
     pytest.mark.timeout(300),
 ]
 
@@ -88,7 +92,9 @@ def points_drawn(page: sync_api.Page) -> int:
 # ------------------------------------------------------------------------------------------ tests
 
 
-def test_empty_store_shows_how_to_start_a_run(page: sync_api.Page, tmp_path: Path, shots: Screenshots) -> None:
+def test_empty_store_shows_how_to_start_a_run(
+    page: sync_api.Page, tmp_path: Path, shots: Screenshots
+) -> None:
     with serve_ui(tmp_path / "no_runs_yet.db") as url:
         page.goto(url)
         panel = page.get_by_test_id("empty-state")
@@ -99,7 +105,9 @@ def test_empty_store_shows_how_to_start_a_run(page: sync_api.Page, tmp_path: Pat
         shots.save(page, "empty_state")
 
 
-def test_runs_list_and_compare(page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots) -> None:
+def test_runs_list_and_compare(
+    page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots
+) -> None:
     page.goto(ui)
     table = page.get_by_test_id("runs-table")
     sync_api.expect(table).to_contain_text("reward/mean")  # a key-metric column
@@ -110,7 +118,9 @@ def test_runs_list_and_compare(page: sync_api.Page, ui: str, store: dict[str, ob
     shots.save(page, "runs_list")
 
     for name in ("tiny-a", "tiny-b"):
-        page.locator(f"[data-testid=run-row][data-run-id='{run_id(store, name)}'] input[type=checkbox]").check()
+        page.locator(
+            f"[data-testid=run-row][data-run-id='{run_id(store, name)}'] input[type=checkbox]"
+        ).check()
     page.get_by_test_id("compare-button").click()
     sync_api.expect(page.get_by_test_id("chart").first).to_be_visible()
     assert "#/compare?runs=" in page.url
@@ -126,8 +136,9 @@ def test_runs_list_and_compare(page: sync_api.Page, ui: str, store: dict[str, ob
     shots.save(page, "compare_dark")
 
 
-def test_live_run_chart_gains_points_without_reload(page: sync_api.Page, ui: str, store: dict[str, object],
-                                                    shots: Screenshots) -> None:
+def test_live_run_chart_gains_points_without_reload(
+    page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots
+) -> None:
     writer = MetricWriter(store["path"], "live", steps=40, initial=3, interval_s=0.3)  # type: ignore[arg-type]
     page.goto(f"{ui}/#/runs/{writer.writer.id}")
     sync_api.expect(page.get_by_test_id("chart-points")).to_have_text("3")
@@ -135,7 +146,9 @@ def test_live_run_chart_gains_points_without_reload(page: sync_api.Page, ui: str
     page.evaluate("window.__sameDocument = true")
     writer.start()
     try:
-        page.wait_for_function("Number(document.querySelector('[data-testid=chart-points]').textContent) >= 8")
+        page.wait_for_function(
+            "Number(document.querySelector('[data-testid=chart-points]').textContent) >= 8"
+        )
         shots.save(page, "live_run")
     finally:
         writer.stop.set()
@@ -145,14 +158,16 @@ def test_live_run_chart_gains_points_without_reload(page: sync_api.Page, ui: str
     sync_api.expect(page.locator(".run-head .badge")).to_have_text("finished", timeout=10_000)
 
 
-def test_a_real_training_run_streams_into_its_chart(page: sync_api.Page, ui: str, store: dict[str, object],
-                                                   shots: Screenshots) -> None:
+def test_a_real_training_run_streams_into_its_chart(
+    page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots
+) -> None:
     """The same as above with `rllm train` itself writing: open the run while it trains, watch points arrive."""
     from rllm.store import StoreReader
 
     path = Path(store["path"])  # type: ignore[arg-type]
-    training = threading.Thread(target=tiny_training, args=(path.parent, path, "training-now"),
-                                kwargs={"steps": 40}, daemon=True)
+    training = threading.Thread(
+        target=tiny_training, args=(path.parent, path, "training-now"), kwargs={"steps": 40}, daemon=True
+    )
     training.start()
     try:
         deadline = time.monotonic() + 60
@@ -165,16 +180,20 @@ def test_a_real_training_run_streams_into_its_chart(page: sync_api.Page, ui: str
         first = points_drawn(page)
         page.wait_for_function(
             f"Number(document.querySelector('[data-testid=chart-points]').textContent) >= {first + 3}",
-            timeout=60_000)
+            timeout=60_000,
+        )
         shots.save(page, "real_training_live")
-        assert page.evaluate("window.__sameDocument === true"), "the page reloaded instead of appending points"
+        assert page.evaluate("window.__sameDocument === true"), (
+            "the page reloaded instead of appending points"
+        )
     finally:
         training.join(timeout=180)
     sync_api.expect(page.locator(".run-head .badge")).to_have_text("finished", timeout=15_000)
 
 
-def test_episode_browser_filters_and_opens_an_episode(page: sync_api.Page, ui: str, store: dict[str, object],
-                                                      shots: Screenshots) -> None:
+def test_episode_browser_filters_and_opens_an_episode(
+    page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots
+) -> None:
     page.goto(f"{ui}/#/runs/{run_id(store, 'tiny-a')}/episodes")
     rows = page.get_by_test_id("episode-row")
     sync_api.expect(rows.first).to_be_visible()
@@ -197,8 +216,9 @@ def test_episode_browser_filters_and_opens_an_episode(page: sync_api.Page, ui: s
     sync_api.expect(view.locator(".msg-response")).to_have_count(1)
 
 
-def test_token_view_colours_every_token_with_values_in_a_tooltip(page: sync_api.Page, ui: str, store: dict[str, object],
-                                                                  shots: Screenshots) -> None:
+def test_token_view_colours_every_token_with_values_in_a_tooltip(
+    page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots
+) -> None:
     page.goto(f"{ui}/#/runs/{run_id(store, 'tiny-a')}/episodes")
     page.get_by_test_id("episode-row").first.click()
     page.get_by_test_id("tokens-button").first.click()
@@ -232,8 +252,9 @@ def test_token_view_colours_every_token_with_values_in_a_tooltip(page: sync_api.
     assert tokens.count() > n
 
 
-def test_tool_calls_and_drift_point(page: sync_api.Page, ui: str, store: dict[str, object],
-                                    shots: Screenshots) -> None:
+def test_tool_calls_and_drift_point(
+    page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots
+) -> None:
     page.goto(f"{ui}/#/runs/{store['agent_run']}/episodes")
     page.get_by_test_id("episode-row").first.click()
     view = page.get_by_test_id("episode-view")
@@ -257,8 +278,9 @@ def test_tool_calls_and_drift_point(page: sync_api.Page, ui: str, store: dict[st
     sync_api.expect(page.get_by_test_id("token-view").locator(".tok-drift").first).to_be_visible()
 
 
-def test_eval_results_config_and_charts_tabs(page: sync_api.Page, ui: str, store: dict[str, object],
-                                             shots: Screenshots) -> None:
+def test_eval_results_config_and_charts_tabs(
+    page: sync_api.Page, ui: str, store: dict[str, object], shots: Screenshots
+) -> None:
     page.goto(f"{ui}/#/runs/{store['agent_run']}/evals")
     rows = page.get_by_test_id("eval-row")
     sync_api.expect(rows).to_have_count(6)
@@ -269,7 +291,9 @@ def test_eval_results_config_and_charts_tabs(page: sync_api.Page, ui: str, store
 
     tiny = run_id(store, "tiny-a")
     page.goto(f"{ui}/#/runs/{tiny}/evals")
-    sync_api.expect(page.get_by_test_id("evals-table").locator("tbody tr")).to_have_count(2)  # before and after
+    sync_api.expect(page.get_by_test_id("evals-table").locator("tbody tr")).to_have_count(
+        2
+    )  # before and after
 
     page.goto(f"{ui}/#/runs/{tiny}/config")
     table = page.get_by_test_id("config-table")

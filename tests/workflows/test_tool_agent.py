@@ -39,7 +39,7 @@ def divide(a: float, b: float) -> float:
 
 
 def call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def _run(engine: Any, workflow: Any, tasks: list[dict], group_size: int = 1) -> list:
@@ -58,7 +58,10 @@ def test_a_tool_call_runs_and_its_result_reaches_the_model(engine: LocalEngine) 
     assert ep.metrics["tools/calls"] == 1 and ep.metrics["tools/ok"] == 1 and ep.metrics["tools/used"] == 1
     assert ep.metrics["agent/turns"] == 2 and ep.metrics["agent/answered"] == 1
     # the tool list is in the first prompt; the result is in the second
-    assert '"name": "calculator"' in scripted.prompts[0] and "<tool_response>\n408\n</tool_response>" in scripted.prompts[1]
+    assert (
+        '"name": "calculator"' in scripted.prompts[0]
+        and "<tool_response>\n408\n</tool_response>" in scripted.prompts[1]
+    )
     (traj,) = ep.trajectories
     assert [r["content"] for r in traj.steps[0].info["tool_results"]] == ["408"]
     # both turns train as one row; the tool's response is masked out
@@ -74,7 +77,11 @@ def test_a_tool_call_runs_and_its_result_reaches_the_model(engine: LocalEngine) 
 @pytest.mark.parametrize(
     ("reply", "kind", "seen"),
     [
-        ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}\n</tool_call>', "malformed", "not valid JSON"),
+        (
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}\n</tool_call>',
+            "malformed",
+            "not valid JSON",
+        ),
         (call("weather", city="Paris"), "unknown_tool", "unknown tool 'weather'"),
         (call("calculator", expr="1+1"), "invalid_arguments", "expression"),
         (call("divide", a=1, b=0), "exception", "ZeroDivisionError"),
@@ -83,7 +90,10 @@ def test_a_tool_call_runs_and_its_result_reaches_the_model(engine: LocalEngine) 
     ],
 )
 def test_every_tool_failure_is_an_observation_and_a_counted_metric(
-    engine: LocalEngine, reply: str, kind: str, seen: str,
+    engine: LocalEngine,
+    reply: str,
+    kind: str,
+    seen: str,
 ) -> None:
     scripted = ScriptedEngine(engine, nth_reply([reply, "I do not know."]))
     workflow = ToolAgentWorkflow(ToolRegistry([calculator, divide, slow]), max_turns=3)
@@ -93,7 +103,9 @@ def test_every_tool_failure_is_an_observation_and_a_counted_metric(
         assert ep.metrics[f"tools/errors/{kind}"] == 1 and ep.metrics["tools/ok"] == 0
         assert ep.metrics["tools/used"] == 0 and ep.reward == 0.0
     second_turns = [p for p in scripted.prompts if p.count("<|im_start|>assistant") == 2]
-    assert len(second_turns) == 2 and all(seen.lower() in p.lower() for p in second_turns)  # the model reads it
+    assert len(second_turns) == 2 and all(
+        seen.lower() in p.lower() for p in second_turns
+    )  # the model reads it
 
 
 def test_turn_limit_and_the_tiny_models_own_replies(engine: LocalEngine) -> None:

@@ -28,7 +28,9 @@ class ScriptedEngine:
         self.weight_version = 0
         self.prompts: list[str] = []
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
         return self.engine.apply_chat_template(messages, tools=tools)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
@@ -39,10 +41,17 @@ class ScriptedEngine:
         ids = tok.encode(reply, add_special_tokens=False)[: params.max_tokens - 1] + [self.engine.eos_ids[0]]
         with torch.no_grad():
             logits = self.engine.model(torch.tensor([prompt_ids + ids])).logits[0].float()
-        logps = torch.log_softmax(logits[len(prompt_ids) - 1: -1], dim=-1)
+        logps = torch.log_softmax(logits[len(prompt_ids) - 1 : -1], dim=-1)
         lps = logps[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-        return [Completion(prompt_ids=list(prompt_ids), completion_ids=ids, logprobs=lps, text=reply,
-                           finish_reason="stop")]
+        return [
+            Completion(
+                prompt_ids=list(prompt_ids),
+                completion_ids=ids,
+                logprobs=lps,
+                text=reply,
+                finish_reason="stop",
+            )
+        ]
 
 
 def nth_reply(replies: list[str]) -> Callable[[str], str]:
@@ -50,8 +59,14 @@ def nth_reply(replies: list[str]) -> Callable[[str], str]:
     return lambda prompt: replies[prompt.count("<|im_start|>assistant") - 1]
 
 
-def run_episodes(engine: Any, workflow: Any, tasks: list[dict], sampling: SamplingParams, group_size: int = 1,
-                 **kwargs: Any) -> list:
+def run_episodes(
+    engine: Any,
+    workflow: Any,
+    tasks: list[dict],
+    sampling: SamplingParams,
+    group_size: int = 1,
+    **kwargs: Any,
+) -> list:
     """``group_size`` episodes of ``workflow`` per task, through the real workflow engine."""
     runner = WorkflowEngine(workflow, engine, sampling, show_progress=False, **kwargs)
     return asyncio.run(runner.run_tasks(tasks, group_size=group_size))

@@ -80,45 +80,130 @@ class CatalogEntry:
 CATALOG: dict[str, CatalogEntry] = {
     entry.name: entry
     for entry in (
-        CatalogEntry("gsm8k", "openai/gsm8k", "main", {"train": "train", "test": "test"}, math_sets.gsm8k,
-                     "math", "grade-school math word problems (7.5k train, 1.3k test)"),
-        CatalogEntry("math500", "HuggingFaceH4/MATH-500", None, {"test": "test"}, math_sets.math500, "math",
-                     "500 competition problems from the MATH test set (PRM800K subset)"),
-        CatalogEntry("aime2024", "HuggingFaceH4/aime_2024", None, {"test": "train"}, math_sets.aime2024, "math",
-                     "the 30 problems of AIME 2024 I and II (integer answers)"),
-        CatalogEntry("aime2025", "MathArena/aime_2025", None, {"test": "train"}, math_sets.aime2025, "math",
-                     "the 30 problems of AIME 2025 I and II, as used by MathArena (integer answers)"),
-        CatalogEntry("amc", "AI-MO/aimo-validation-amc", None, {"test": "train"}, math_sets.amc, "math",
-                     "83 AMC 12 problems from 2022-2023 with numeric answers (Numina's validation set)"),
-        CatalogEntry("countdown-3to4", "Jiayi-Pan/Countdown-Tasks-3to4", None,
-                     {"train": "train[:-1024]", "test": "train[-1024:]"}, math_sets.countdown, "countdown",
-                     "Countdown with 3-4 numbers (TinyZero's set; the last 1024 rows are held out as test)",
-                     "490k rows. The generated built-in `countdown` needs no download."),
-        CatalogEntry("finqa", "TheFinAI/flare-finqa", None, {"train": "train", "validation": "valid", "test": "test"},
-                     math_sets.finqa, "math",
-                     "numerical questions over financial reports (FinQA, FinBen/FLARE prompt format)",
-                     "Gated on the hub: accept its terms and log in (`hf auth login`). Answers are numbers "
-                     "graded by the `math` reward's numeric equivalence, not FinQA's program accuracy."),
-        CatalogEntry("humaneval", "openai/openai_humaneval", None, {"test": "test"}, code_sets.humaneval, "code",
-                     "164 hand-written Python functions with unit tests"),
-        CatalogEntry("mbpp", "google-research-datasets/mbpp", "full",
-                     {"train": "train", "validation": "validation", "test": "test"}, code_sets.mbpp, "code",
-                     "974 basic Python programming problems with assert tests"),
-        CatalogEntry("livecodebench", "lighteval/code_generation_lite", "v6", {"test": "test"},
-                     code_sets.livecodebench, "code",
-                     "recent contest problems (LeetCode, AtCoder, Codeforces), release v6 problems",
-                     "The parquet mirror of livecodebench/code_generation_lite (whose loading script recent "
-                     "`datasets` no longer runs). Private tests are decompressed at pull time."),
-        CatalogEntry("hotpotqa", "hotpotqa/hotpot_qa", "distractor", {"train": "train", "test": "validation"},
-                     qa_sets.hotpotqa, "f1",
-                     "multi-hop Wikipedia questions; the 10 distractor paragraphs are in metadata.context",
-                     "Train is 90k rows with their paragraphs (about 600 MB to download)."),
-        CatalogEntry("mmlu-pro", "TIGER-Lab/MMLU-Pro", None, {"test": "test", "validation": "validation"},
-                     qa_sets.mmlu_pro, "multiple_choice", "12k multiple-choice questions, up to 10 options A-J"),
-        CatalogEntry("gpqa-diamond", "Idavidrein/gpqa", "gpqa_diamond", {"test": "train"}, qa_sets.gpqa,
-                     "multiple_choice",
-                     "198 graduate-level science questions, 4 options shuffled per question",
-                     "Gated on the hub: accept its terms and log in (`hf auth login`)."),
+        CatalogEntry(
+            "gsm8k",
+            "openai/gsm8k",
+            "main",
+            {"train": "train", "test": "test"},
+            math_sets.gsm8k,
+            "math",
+            "grade-school math word problems (7.5k train, 1.3k test)",
+        ),
+        CatalogEntry(
+            "math500",
+            "HuggingFaceH4/MATH-500",
+            None,
+            {"test": "test"},
+            math_sets.math500,
+            "math",
+            "500 competition problems from the MATH test set (PRM800K subset)",
+        ),
+        CatalogEntry(
+            "aime2024",
+            "HuggingFaceH4/aime_2024",
+            None,
+            {"test": "train"},
+            math_sets.aime2024,
+            "math",
+            "the 30 problems of AIME 2024 I and II (integer answers)",
+        ),
+        CatalogEntry(
+            "aime2025",
+            "MathArena/aime_2025",
+            None,
+            {"test": "train"},
+            math_sets.aime2025,
+            "math",
+            "the 30 problems of AIME 2025 I and II, as used by MathArena (integer answers)",
+        ),
+        CatalogEntry(
+            "amc",
+            "AI-MO/aimo-validation-amc",
+            None,
+            {"test": "train"},
+            math_sets.amc,
+            "math",
+            "83 AMC 12 problems from 2022-2023 with numeric answers (Numina's validation set)",
+        ),
+        CatalogEntry(
+            "countdown-3to4",
+            "Jiayi-Pan/Countdown-Tasks-3to4",
+            None,
+            {"train": "train[:-1024]", "test": "train[-1024:]"},
+            math_sets.countdown,
+            "countdown",
+            "Countdown with 3-4 numbers (TinyZero's set; the last 1024 rows are held out as test)",
+            "490k rows. The generated built-in `countdown` needs no download.",
+        ),
+        CatalogEntry(
+            "finqa",
+            "TheFinAI/flare-finqa",
+            None,
+            {"train": "train", "validation": "valid", "test": "test"},
+            math_sets.finqa,
+            "math",
+            "numerical questions over financial reports (FinQA, FinBen/FLARE prompt format)",
+            "Gated on the hub: accept its terms and log in (`hf auth login`). Answers are numbers "
+            "graded by the `math` reward's numeric equivalence, not FinQA's program accuracy.",
+        ),
+        CatalogEntry(
+            "humaneval",
+            "openai/openai_humaneval",
+            None,
+            {"test": "test"},
+            code_sets.humaneval,
+            "code",
+            "164 hand-written Python functions with unit tests",
+        ),
+        CatalogEntry(
+            "mbpp",
+            "google-research-datasets/mbpp",
+            "full",
+            {"train": "train", "validation": "validation", "test": "test"},
+            code_sets.mbpp,
+            "code",
+            "974 basic Python programming problems with assert tests",
+        ),
+        CatalogEntry(
+            "livecodebench",
+            "lighteval/code_generation_lite",
+            "v6",
+            {"test": "test"},
+            code_sets.livecodebench,
+            "code",
+            "recent contest problems (LeetCode, AtCoder, Codeforces), release v6 problems",
+            "The parquet mirror of livecodebench/code_generation_lite (whose loading script recent "
+            "`datasets` no longer runs). Private tests are decompressed at pull time.",
+        ),
+        CatalogEntry(
+            "hotpotqa",
+            "hotpotqa/hotpot_qa",
+            "distractor",
+            {"train": "train", "test": "validation"},
+            qa_sets.hotpotqa,
+            "f1",
+            "multi-hop Wikipedia questions; the 10 distractor paragraphs are in metadata.context",
+            "Train is 90k rows with their paragraphs (about 600 MB to download).",
+        ),
+        CatalogEntry(
+            "mmlu-pro",
+            "TIGER-Lab/MMLU-Pro",
+            None,
+            {"test": "test", "validation": "validation"},
+            qa_sets.mmlu_pro,
+            "multiple_choice",
+            "12k multiple-choice questions, up to 10 options A-J",
+        ),
+        CatalogEntry(
+            "gpqa-diamond",
+            "Idavidrein/gpqa",
+            "gpqa_diamond",
+            {"test": "train"},
+            qa_sets.gpqa,
+            "multiple_choice",
+            "198 graduate-level science questions, 4 options shuffled per question",
+            "Gated on the hub: accept its terms and log in (`hf auth login`).",
+        ),
     )
 }
 
@@ -139,11 +224,14 @@ def _hub_rows(entry: CatalogEntry, split: str, hub_split: str) -> Iterable[Mappi
     except Exception as err:  # every failure gets the same advice, with its cause
         text = f"{type(err).__name__}: {err}"
         offline = isinstance(err, (ConnectionError, TimeoutError)) or any(
-            word in text.lower() for word in ("offline", "couldn't reach", "connect", "resolve", "timed out"))
+            word in text.lower() for word in ("offline", "couldn't reach", "connect", "resolve", "timed out")
+        )
         if "scripts are no longer supported" in text:
             why = "the hub repository now needs a loading script, which this version of `datasets` cannot run"
         elif offline:
-            why = "the Hugging Face hub is unreachable from this machine (no network, or HF_HUB_OFFLINE is set)"
+            why = (
+                "the Hugging Face hub is unreachable from this machine (no network, or HF_HUB_OFFLINE is set)"
+            )
         else:
             why = "the hub did not serve it (gated, moved, or a transient error)"
         gated = f" {entry.notes}" if "Gated" in entry.notes else ""
@@ -184,12 +272,15 @@ def pull(
             raise ValueError(f"{name} has splits {', '.join(entry.splits)}, not {', '.join(sorted(unknown))}")
         sources = {split: (lambda path=Path(p): read_records(path)) for split, p in files.items()}
     else:
-        sources = {split: (lambda s=split, h=hub: _hub_rows(entry, s, h)) for split, hub in entry.splits.items()}
+        sources = {
+            split: (lambda s=split, h=hub: _hub_rows(entry, s, h)) for split, hub in entry.splits.items()
+        }
     converted = {}
     for split, rows in sources.items():
         logger.info("Fetching and converting %s/%s", name, split)
         converted[split] = entry.to_tasks(rows(), split)
     for split, tasks in converted.items():
-        registry.register(name, tasks, split, reward=entry.reward, description=entry.description,
-                          source=entry.source)
+        registry.register(
+            name, tasks, split, reward=entry.reward, description=entry.description, source=entry.source
+        )
     return registry.info(name)

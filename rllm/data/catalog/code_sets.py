@@ -26,8 +26,14 @@ def humaneval(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "task_id": row["task_id"],
         "question": f"Complete the following Python function.\n\n```python\n{row['prompt']}```\n\n{REPLY}",
-        "ground_truth": {"tests": [{"type": "assert", "code": f"{row['test']}\ncheck({entry})"}], "entry_point": entry},
-        "metadata": {"prompt": row["prompt"], "reference_solution": row["prompt"] + row["canonical_solution"]},
+        "ground_truth": {
+            "tests": [{"type": "assert", "code": f"{row['test']}\ncheck({entry})"}],
+            "entry_point": entry,
+        },
+        "metadata": {
+            "prompt": row["prompt"],
+            "reference_solution": row["prompt"] + row["canonical_solution"],
+        },
     }
 
 
@@ -50,7 +56,9 @@ def mbpp(row: dict[str, Any]) -> dict[str, Any]:
     setup = (row.get("test_setup_code") or "").strip()
     return {
         "task_id": f"mbpp-{row['task_id']}",
-        "question": f"{row['text']}\n\nYour code should pass these tests:\n" + "\n".join(asserts) + f"\n\n{REPLY}",
+        "question": f"{row['text']}\n\nYour code should pass these tests:\n"
+        + "\n".join(asserts)
+        + f"\n\n{REPLY}",
         "ground_truth": {
             "tests": [{"type": "assert", "code": f"{setup}\n{test}" if setup else test} for test in asserts],
             "entry_point": _mbpp_entry_point(row["code"], asserts[0]) if asserts else None,
@@ -91,7 +99,8 @@ def _bounded_inflate(data: bytes, max_bytes: int, source: str) -> bytes:
         if len(out) > max_bytes:
             raise DecompressedTooLarge(
                 f"{source}: compressed test cases inflate past {max_bytes} bytes (a compression bomb?); "
-                "pass a larger max_decompressed_bytes only for a source you trust")
+                "pass a larger max_decompressed_bytes only for a source you trust"
+            )
     return bytes(out)
 
 
@@ -144,8 +153,12 @@ def livecodebench(row: dict[str, Any]) -> dict[str, Any]:
         "question": f"{row['question_content'].strip()}\n\n{how}\n\n{REPLY}",
         "ground_truth": {"tests": [_lcb_test(case) for case in public + private], "entry_point": func_name},
         "metadata": {
-            "title": row.get("question_title"), "platform": row.get("platform"),
-            "contest_id": row.get("contest_id"), "contest_date": str(row.get("contest_date")),
-            "difficulty": row.get("difficulty"), "starter_code": starter, "public_tests": len(public),
+            "title": row.get("question_title"),
+            "platform": row.get("platform"),
+            "contest_id": row.get("contest_id"),
+            "contest_date": str(row.get("contest_date")),
+            "difficulty": row.get("difficulty"),
+            "starter_code": starter,
+            "public_tests": len(public),
         },
     }

@@ -26,16 +26,20 @@ def hotpotqa(row: dict[str, Any]) -> dict[str, Any]:
     question, as the distractor setting intends, and also go to ``metadata.context`` as {"title", "text"}."""
     context = row["context"]
     facts = row["supporting_facts"]
-    paragraphs = "\n\n".join(f"{title}: {''.join(sentences)}"
-                               for title, sentences in zip(context["title"], context["sentences"]))
+    paragraphs = "\n\n".join(
+        f"{title}: {''.join(sentences)}" for title, sentences in zip(context["title"], context["sentences"])
+    )
     return {
         "task_id": row["id"],
         "question": f"{paragraphs}\n\nQuestion: {row['question']}",
         "ground_truth": row["answer"],
         "metadata": {
-            "type": row.get("type"), "level": row.get("level"),
-            "context": [{"title": title, "text": "".join(sentences)}
-                        for title, sentences in zip(context["title"], context["sentences"])],
+            "type": row.get("type"),
+            "level": row.get("level"),
+            "context": [
+                {"title": title, "text": "".join(sentences)}
+                for title, sentences in zip(context["title"], context["sentences"])
+            ],
             "supporting_facts": [[title, sent] for title, sent in zip(facts["title"], facts["sent_id"])],
         },
     }
@@ -63,7 +67,12 @@ def gpqa(row: dict[str, Any]) -> dict[str, Any]:
     shuffled with a seed taken from the record id, so every pull gives each question the same order."""
     key = row.get("Record ID") or row["Question"]
     rng = random.Random(hashlib.sha256(key.encode()).hexdigest())
-    options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
+    options = [
+        row["Correct Answer"],
+        row["Incorrect Answer 1"],
+        row["Incorrect Answer 2"],
+        row["Incorrect Answer 3"],
+    ]
     order = list(range(4))
     rng.shuffle(order)
     choices = [options[i].strip() for i in order]
@@ -72,7 +81,9 @@ def gpqa(row: dict[str, Any]) -> dict[str, Any]:
         "question": multiple_choice_question(row["Question"], choices),
         "ground_truth": LETTERS[order.index(0)],
         "metadata": {
-            "choices": choices, "domain": row.get("High-level domain"), "subdomain": row.get("Subdomain"),
+            "choices": choices,
+            "domain": row.get("High-level domain"),
+            "subdomain": row.get("Subdomain"),
             "explanation": row.get("Explanation"),
         },
     }

@@ -24,7 +24,9 @@ def backend_class(name: str) -> type[TrainingBackend]:
     try:
         module, cls = BACKENDS[name].split(":")
     except KeyError:
-        raise ValueError(f"backend.name={name!r} is not a backend: choose one of {', '.join(BACKENDS)}") from None
+        raise ValueError(
+            f"backend.name={name!r} is not a backend: choose one of {', '.join(BACKENDS)}"
+        ) from None
     return getattr(importlib.import_module(module), cls)
 
 

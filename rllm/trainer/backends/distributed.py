@@ -50,7 +50,9 @@ logger = logging.getLogger(__name__)
 
 # The ranks run LocalBackend's math, so they support what it does, except sharing prompt prefixes: FSDP2 frees a
 # layer's gathered weights after its backward, and the shared-prefix forward needs them for a second pass.
-DISTRIBUTED_CAPABILITIES = LOCAL_CAPABILITIES.model_copy(update={"name": "distributed", "share_prefix": False})
+DISTRIBUTED_CAPABILITIES = LOCAL_CAPABILITIES.model_copy(
+    update={"name": "distributed", "share_prefix": False}
+)
 
 DRIVER_RNG = "driver_rng.pt"
 TRAINER_STATE = "trainer_state.pt"  # written by rank 0 (see _fsdp_rank.py)

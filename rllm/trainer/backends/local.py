@@ -43,7 +43,9 @@ def _autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
     if setting == "none":
         return None
     supported = (
-        torch.cuda.is_bf16_supported() if device.type == "cuda" else torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        torch.cuda.is_bf16_supported()
+        if device.type == "cuda"
+        else torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
     if setting == "bf16" and not supported:
         raise UnsupportedConfigError(
@@ -87,8 +89,11 @@ class LocalBackend(TrainingBackend):
             from peft import LoraConfig, get_peft_model
 
             peft_cfg = LoraConfig(
-                r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM",
+                r=cfg.lora.rank,
+                lora_alpha=cfg.lora.alpha,
+                lora_dropout=cfg.lora.dropout,
+                target_modules=cfg.lora.target_modules,
+                task_type="CAUSAL_LM",
             )
             model = get_peft_model(model, peft_cfg)
         elif cfg.algorithm.loss.kl_coef > 0:
@@ -106,7 +111,11 @@ class LocalBackend(TrainingBackend):
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
-            params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
+            params,
+            lr=o.lr,
+            betas=(o.beta1, o.beta2),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
             fused=self.device.type == "cpu" or None,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
@@ -114,8 +123,10 @@ class LocalBackend(TrainingBackend):
         self._synced_once = False
         logger.info(
             "local backend: %s on %s, %.1fM trainable of %.1fM params, autocast=%s",
-            "LoRA" if self.lora else "full fine-tune", self.device,
-            sum(p.numel() for p in params) / 1e6, sum(p.numel() for p in self.model.parameters()) / 1e6,
+            "LoRA" if self.lora else "full fine-tune",
+            self.device,
+            sum(p.numel() for p in params) / 1e6,
+            sum(p.numel() for p in self.model.parameters()) / 1e6,
             self.autocast_dtype,
         )
 
@@ -141,7 +152,10 @@ class LocalBackend(TrainingBackend):
         # Sorting by length keeps padding low; order inside an optimizer step does not change the gradient.
         # Sorting by (prompt, length) keeps padding low and puts a group's answers, which share their
         # prompt, in the same micro-batch; order inside an optimizer step does not change the gradient.
-        seqs = sorted(batch.sequences, key=lambda s: (s.input_ids[: s.loss_mask.index(1) if 1 in s.loss_mask else 0], len(s.input_ids)))
+        seqs = sorted(
+            batch.sequences,
+            key=lambda s: (s.input_ids[: s.loss_mask.index(1) if 1 in s.loss_mask else 0], len(s.input_ids)),
+        )
         mb = self.cfg.backend.micro_batch_size
         return [seqs[i : i + mb] for i in range(0, len(seqs), mb)]
 
@@ -180,7 +194,10 @@ class LocalBackend(TrainingBackend):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         mask = t["loss_mask"][:, 1:].bool()
         with self._autocast():
-            if self.cfg.backend.share_prefix and (hidden_N := self._shared_prefix_hidden(base, t)) is not None:
+            if (
+                self.cfg.backend.share_prefix
+                and (hidden_N := self._shared_prefix_hidden(base, t)) is not None
+            ):
                 logits = base.get_output_embeddings()(hidden_N)
             else:
                 hidden = base.get_decoder()(
@@ -229,8 +246,13 @@ class LocalBackend(TrainingBackend):
         prefix_ids, prefix_mask, prefix_pos = left_pad(list(unique), self.pad_id, dev)
         decoder = base.get_decoder()
         cache = DynamicCache()
-        decoder(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=prefix_pos,
-                past_key_values=cache, use_cache=True)
+        decoder(
+            input_ids=prefix_ids,
+            attention_mask=prefix_mask,
+            position_ids=prefix_pos,
+            past_key_values=cache,
+            use_cache=True,
+        )
         rows = torch.tensor(row_to_u, device=dev)
         cache.batch_select_indices(rows)
         S = max(n - p for n, p in zip(lengths, pre_len))
@@ -241,8 +263,11 @@ class LocalBackend(TrainingBackend):
             suffix_mask[b, : n - p] = 1
         start = torch.tensor(pre_len, device=dev).unsqueeze(1)
         hidden = decoder(
-            input_ids=suffix_ids, attention_mask=torch.cat([prefix_mask[rows], suffix_mask], dim=1),
-            position_ids=start + torch.arange(S, device=dev).unsqueeze(0), past_key_values=cache, use_cache=True,
+            input_ids=suffix_ids,
+            attention_mask=torch.cat([prefix_mask[rows], suffix_mask], dim=1),
+            position_ids=start + torch.arange(S, device=dev).unsqueeze(0),
+            past_key_values=cache,
+            use_cache=True,
         ).last_hidden_state
         # Token a (a >= first_b) is predicted by the hidden state at absolute position a - 1,
         # i.e. suffix position a - 1 - p_b; mask column c = a - 1.
@@ -308,7 +333,9 @@ class LocalBackend(TrainingBackend):
         micro-batch's means times its trained tokens), the trained-token total and the summed loss, so
         that a caller holding part of a batch (a distributed rank) can combine them with the others'."""
         num_tokens = batch.loss_norm_tokens or float(batch.num_response_tokens)
-        num_seqs = batch.loss_norm_sequences or float(sum(1 for s in batch.sequences if s.num_response_tokens))
+        num_seqs = batch.loss_norm_sequences or float(
+            sum(1 for s in batch.sequences if s.num_response_tokens)
+        )
         index = {id(s): i for i, s in enumerate(batch.sequences)}
         sums: dict[str, float] = {}
         weight_total = 0.0
@@ -346,18 +373,29 @@ class LocalBackend(TrainingBackend):
         ref = self._aligned(ref_rows, mb)
         logprobs, entropy = self._response_logprobs(self.model, t, with_entropy=True)
         loss_BT, metrics = compute_policy_loss(
-            logprobs, old if old is not None else rollout_lp, adv, mask, loss,
-            rollout_logprobs=rollout_lp if loss.tis_cap is not None else None, ref_logprobs=ref,
+            logprobs,
+            old if old is not None else rollout_lp,
+            adv,
+            mask,
+            loss,
+            rollout_logprobs=rollout_lp if loss.tis_cap is not None else None,
+            ref_logprobs=ref,
         )
         mb_loss = aggregate_loss(
-            loss_BT, mask, loss.agg, num_tokens=num_tokens, num_sequences=num_seqs,
+            loss_BT,
+            mask,
+            loss.agg,
+            num_tokens=num_tokens,
+            num_sequences=num_seqs,
             norm_tokens=loss.agg_norm_tokens,
         )
         (mb_loss * weight if weight != 1.0 else mb_loss).backward()
         with torch.no_grad():
             n_tok = float(mask.sum())
             metrics["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
-            metrics["trainer_rollout_logprob_diff"] = ((logprobs.detach() - rollout_lp).abs() * mask).sum() / mask.sum().clamp(min=1)
+            metrics["trainer_rollout_logprob_diff"] = (
+                (logprobs.detach() - rollout_lp).abs() * mask
+            ).sum() / mask.sum().clamp(min=1)
         return float(mb_loss.detach()) * weight, {k: float(v) for k, v in metrics.items()}, n_tok * weight
 
     def _aligned(self, rows: list[list[float]] | None, mb: list[TrainSequence]) -> torch.Tensor | None:
@@ -473,15 +511,21 @@ class LocalBackend(TrainingBackend):
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 
-            set_peft_model_state_dict(self.model, load_file(str(path / "adapter" / "adapter_model.safetensors")))
+            set_peft_model_state_dict(
+                self.model, load_file(str(path / "adapter" / "adapter_model.safetensors"))
+            )
         else:
             from safetensors.torch import load_file
 
             state = load_file(str(path / "model" / "model.safetensors"))
             missing, unexpected = self.model.load_state_dict(state, strict=False)
-            real_missing = [m for m in missing if not (m == "lm_head.weight" and self.model.config.tie_word_embeddings)]
+            real_missing = [
+                m for m in missing if not (m == "lm_head.weight" and self.model.config.tie_word_embeddings)
+            ]
             if real_missing or unexpected:
-                raise RuntimeError(f"checkpoint does not match model: missing={real_missing} unexpected={unexpected}")
+                raise RuntimeError(
+                    f"checkpoint does not match model: missing={real_missing} unexpected={unexpected}"
+                )
         state = torch.load(path / "trainer_state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
