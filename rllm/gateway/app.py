@@ -120,29 +120,22 @@ class _GatewayState:
             self.sessions.popitem(last=False)
 
 
-def create_app(
-    upstream: Upstream | Any,
-    store: TraceStore,
-    *,
-    model_name: str,
-    api_key: str | None = None,
-    max_body_bytes: int = 16 * 1024 * 1024,
-) -> Starlette:
-    """Build the gateway app. ``upstream`` may be an inference engine (wrapped in :class:`LocalUpstream`).
-    ``api_key``, when given, is required as ``Authorization: Bearer <key>`` on every route."""
-    if not hasattr(upstream, "complete"):
-        upstream = LocalUpstream(upstream)
-    state = _GatewayState(upstream, store, model_name)
+class _Api:
+    """The gateway's route handlers over one :class:`_GatewayState`."""
 
-    async def body_of(request: Request) -> bytes:
+    def __init__(self, state: _GatewayState, max_body_bytes: int) -> None:
+        self.state = state
+        self.max_body_bytes = max_body_bytes
+
+    async def body_of(self, request: Request) -> bytes:
         chunks, size = [], 0
         try:
             async for chunk in request.stream():  # chunked uploads have no content-length to check up front
                 size += len(chunk)
-                if size > max_body_bytes:
+                if size > self.max_body_bytes:
                     raise OpenAIError(
                         413,
-                        f"the request body is larger than the gateway's limit of {max_body_bytes} bytes",
+                        f"the request body is larger than the gateway's limit of {self.max_body_bytes} bytes",
                         code="request_too_large",
                     )
                 chunks.append(chunk)
@@ -150,8 +143,8 @@ def create_app(
             raise OpenAIError(400, "the client disconnected before sending the whole body") from None
         return b"".join(chunks)
 
-    async def chat_completions(request: Request) -> Response:
-        req: ChatCompletionRequest = _parse(await body_of(request), ChatCompletionRequest)
+    async def chat_completions(self, request: Request) -> Response:
+        req: ChatCompletionRequest = _parse(await self.body_of(request), ChatCompletionRequest)
         messages = [m.as_template_dict() for m in req.messages]
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         up = {
@@ -162,18 +155,18 @@ def create_app(
             "logprobs": bool(req.logprobs),
         }
         record = {"messages": messages, "tools": tools, "tool_choice": req.tool_choice}
-        return await _serve(request, req, up, record, req.to_sampling_params)
+        return await self._serve(request, req, up, record, req.to_sampling_params)
 
-    async def completions(request: Request) -> Response:
-        req: CompletionRequest = _parse(await body_of(request), CompletionRequest)
+    async def completions(self, request: Request) -> Response:
+        req: CompletionRequest = _parse(await self.body_of(request), CompletionRequest)
         up = {"endpoint": "completions", "prompt": req.prompt, "logprobs": req.logprobs is not None}
-        return await _serve(request, req, up, {"prompt": req.prompt}, req.to_sampling_params)
+        return await self._serve(request, req, up, {"prompt": req.prompt}, req.to_sampling_params)
 
     async def _serve(
-        request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any
+        self, request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any
     ) -> Response:
         session_id = _session_id(request)
-        st = await state.session_state(session_id)
+        st = await self.state.session_state(session_id)
         params = _sampling_params(build, st)
         if "max_tokens" in st[0]:
             up["max_tokens_given"] = True
@@ -182,7 +175,7 @@ def create_app(
         request_id = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
         t0 = time.perf_counter()
         try:
-            result = await state.upstream.complete(
+            result = await self.state.upstream.complete(
                 UpstreamRequest(params=params, **up), session_id=session_id
             )
         except UpstreamError as exc:
@@ -216,42 +209,47 @@ def create_app(
         # The reply is sent only after the traces are committed: an acknowledged call is never lost. Written
         # on the loop, not in a thread: a WAL commit without fsync takes tens of microseconds, less than the
         # thread hand-off; with fsync=True the hand-off keeps the loop serving while the disk syncs.
-        if state.store.fsync:
-            await asyncio.to_thread(state.store.add_many, traces)
+        if self.state.store.fsync:
+            await asyncio.to_thread(self.state.store.add_many, traces)
         else:
-            state.store.add_many(traces)
+            self.state.store.add_many(traces)
         created = int(time.time())
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             chunks = stream_chunks(
-                endpoint, request_id, created, state.model_name, result, include_usage=include_usage
+                endpoint, request_id, created, self.state.model_name, result, include_usage=include_usage
             )
             return StreamingResponse(
                 _aiter(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
             )
         return JSONResponse(
             completion_body(
-                endpoint, request_id, created, state.model_name, result, token_ids=bool(req.return_token_ids)
+                endpoint,
+                request_id,
+                created,
+                self.state.model_name,
+                result,
+                token_ids=bool(req.return_token_ids),
             )
         )
 
-    async def list_models(request: Request) -> Response:
+    async def list_models(self, request: Request) -> Response:
         _session_id(request)
         return JSONResponse(
             {
                 "object": "list",
-                "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "rllm"}],
+                "data": [{"id": self.state.model_name, "object": "model", "created": 0, "owned_by": "rllm"}],
             }
         )
 
-    async def create_session(request: Request) -> Response:
-        body = _parse(await body_of(request), SessionCreate)
+    async def create_session(self, request: Request) -> Response:
+        body = _parse(await self.body_of(request), SessionCreate)
         sampling = _check_overrides(body.sampling)
         info = SessionInfo(
             session_id=body.session_id or uuid.uuid4().hex, sampling=sampling, metadata=body.metadata
         )
         try:
-            await asyncio.to_thread(store.create_session, info)
+            await asyncio.to_thread(self.state.store.create_session, info)
         except KeyError:
             raise OpenAIError(
                 409,
@@ -259,38 +257,38 @@ def create_app(
                 param="session_id",
                 code="session_exists",
             ) from None
-        state.remember(info.session_id, [sampling, 0])
+        self.state.remember(info.session_id, [sampling, 0])
         return JSONResponse(
             {**info.model_dump(), "base_url": f"/sessions/{info.session_id}/v1"}, status_code=201
         )
 
-    async def list_sessions(request: Request) -> Response:
-        return JSONResponse({"sessions": await asyncio.to_thread(store.sessions)})
+    async def list_sessions(self, request: Request) -> Response:
+        return JSONResponse({"sessions": await asyncio.to_thread(self.state.store.sessions)})
 
-    async def get_session(request: Request) -> Response:
+    async def get_session(self, request: Request) -> Response:
         session_id = _session_id(request)
-        info = await asyncio.to_thread(store.session, session_id)
+        info = await asyncio.to_thread(self.state.store.session, session_id)
         if info is None:
             raise OpenAIError(404, f"no session {session_id!r}", type="not_found_error", param="session_id")
         return JSONResponse(info.model_dump())
 
-    async def delete_session(request: Request) -> Response:
+    async def delete_session(self, request: Request) -> Response:
         session_id = _session_id(request)
-        n = await asyncio.to_thread(store.delete_session, session_id)
-        state.sessions.pop(session_id, None)
+        n = await asyncio.to_thread(self.state.store.delete_session, session_id)
+        self.state.sessions.pop(session_id, None)
         return JSONResponse({"session_id": session_id, "deleted": True, "deleted_traces": n})
 
-    async def session_traces(request: Request) -> Response:
+    async def session_traces(self, request: Request) -> Response:
         q = TraceQuery(session_id=_session_id(request), limit=10_000)
-        rows = await asyncio.to_thread(store.query, q)
+        rows = await asyncio.to_thread(self.state.store.query, q)
         return JSONResponse({"traces": [t.public() for _, t in rows]})
 
-    async def query_traces(request: Request) -> Response:
+    async def query_traces(self, request: Request) -> Response:
         try:
             q = TraceQuery.model_validate(dict(request.query_params))
         except ValidationError as exc:
             raise validation_error(exc) from exc
-        rows = await asyncio.to_thread(store.query, q)
+        rows = await asyncio.to_thread(self.state.store.query, q)
         return JSONResponse(
             {
                 "traces": [{"seq": seq, **t.public()} for seq, t in rows],
@@ -298,40 +296,57 @@ def create_app(
             }
         )
 
-    async def set_policy(request: Request) -> Response:
-        body = _parse(await body_of(request), PolicyUpdate)
-        if not hasattr(state.upstream, "set_policy"):
+    async def set_policy(self, request: Request) -> Response:
+        body = _parse(await self.body_of(request), PolicyUpdate)
+        if not hasattr(self.state.upstream, "set_policy"):
             raise OpenAIError(
                 400,
-                f"the upstream {state.upstream.name!r} has no policy to set: an in-process "
+                f"the upstream {self.state.upstream.name!r} has no policy to set: an in-process "
                 "engine takes its weights (and version) from the trainer directly",
             )
-        state.upstream.set_policy(body.model, body.weight_version)
+        self.state.upstream.set_policy(body.model, body.weight_version)
         return JSONResponse(
-            {"model": getattr(state.upstream, "model", None), "weight_version": body.weight_version}
+            {"model": getattr(self.state.upstream, "model", None), "weight_version": body.weight_version}
         )
 
-    async def health(request: Request) -> Response:
-        h = await state.upstream.health()
+    async def health(self, request: Request) -> Response:
+        h = await self.state.upstream.health()
         return JSONResponse(h, status_code=200 if h.get("ok") else 503)
 
-    routes = []
-    for prefix in ("", "/sessions/{session_id}"):
-        routes += [
-            Route(f"{prefix}/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route(f"{prefix}/v1/completions", completions, methods=["POST"]),
-            Route(f"{prefix}/v1/models", list_models, methods=["GET"]),
+    def routes(self) -> list[Route]:
+        routes = []
+        for prefix in ("", "/sessions/{session_id}"):
+            routes += [
+                Route(f"{prefix}/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route(f"{prefix}/v1/completions", self.completions, methods=["POST"]),
+                Route(f"{prefix}/v1/models", self.list_models, methods=["GET"]),
+            ]
+        return [
+            *routes,
+            Route("/sessions", self.create_session, methods=["POST"]),
+            Route("/sessions", self.list_sessions, methods=["GET"]),
+            Route("/sessions/{session_id}", self.get_session, methods=["GET"]),
+            Route("/sessions/{session_id}", self.delete_session, methods=["DELETE"]),
+            Route("/sessions/{session_id}/traces", self.session_traces, methods=["GET"]),
+            Route("/traces", self.query_traces, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/admin/policy", self.set_policy, methods=["POST"]),
         ]
-    routes += [
-        Route("/sessions", create_session, methods=["POST"]),
-        Route("/sessions", list_sessions, methods=["GET"]),
-        Route("/sessions/{session_id}", get_session, methods=["GET"]),
-        Route("/sessions/{session_id}", delete_session, methods=["DELETE"]),
-        Route("/sessions/{session_id}/traces", session_traces, methods=["GET"]),
-        Route("/traces", query_traces, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/admin/policy", set_policy, methods=["POST"]),
-    ]
+
+
+def create_app(
+    upstream: Upstream | Any,
+    store: TraceStore,
+    *,
+    model_name: str,
+    api_key: str | None = None,
+    max_body_bytes: int = 16 * 1024 * 1024,
+) -> Starlette:
+    """Build the gateway app. ``upstream`` may be an inference engine (wrapped in :class:`LocalUpstream`).
+    ``api_key``, when given, is required as ``Authorization: Bearer <key>`` on every route."""
+    if not hasattr(upstream, "complete"):
+        upstream = LocalUpstream(upstream)
+    state = _GatewayState(upstream, store, model_name)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -340,7 +355,7 @@ def create_app(
 
     app = Starlette(
         lifespan=lifespan,
-        routes=routes,
+        routes=_Api(state, max_body_bytes).routes(),
         middleware=[Middleware(_Guard, api_key=api_key, max_body_bytes=max_body_bytes)],
         exception_handlers={
             OpenAIError: _openai_error,

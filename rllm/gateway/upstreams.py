@@ -118,6 +118,20 @@ class LocalUpstream:
                 f"tool_choice {request.tool_choice!r} would force a tool call, which the local "
                 "engine cannot do (it samples freely): send tool_choice 'auto' or 'none'",
             )
+        prompt_ids = self._prompt_ids(request)
+        request = self._fit_context(request, len(prompt_ids))
+        completions = await self.engine.generate(prompt_ids, request.params)
+        parse = (
+            request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
+        )
+        choices = [self._choice(c, with_tokens=request.logprobs, parse_tools=parse) for c in completions]
+        version = completions[0].weight_version if completions else self.engine.weight_version
+        return UpstreamResult(
+            prompt_ids=prompt_ids, choices=choices, weight_version=version, upstream=self.name
+        )
+
+    def _prompt_ids(self, request: UpstreamRequest) -> list[int]:
+        """The prompt as token ids: rendered chat messages, a tokenized string, or the ids given."""
         if request.endpoint == "chat.completions":
             assert request.messages is not None
             try:
@@ -136,52 +150,49 @@ class LocalUpstream:
         vocab = self.vocab_size
         if any(not 0 <= t < vocab for t in prompt_ids):
             raise UpstreamError(400, f"prompt token ids must lie in [0, {vocab}) for this model")
+        return prompt_ids
+
+    def _fit_context(self, request: UpstreamRequest, prompt_len: int) -> UpstreamRequest:
+        """A default max_tokens shrinks to what the context leaves; an explicit one that does not fit is refused."""
         context = self.context_length
-        if context is not None and not request.max_tokens_given and len(prompt_ids) < context:
-            fits = min(request.params.max_tokens, context - len(prompt_ids))
+        if context is None:
+            return request
+        if not request.max_tokens_given and prompt_len < context:
+            fits = min(request.params.max_tokens, context - prompt_len)
             request = request.model_copy(
                 update={"params": request.params.model_copy(update={"max_tokens": fits})}
             )
-        if context is not None and len(prompt_ids) + request.params.max_tokens > context:
+        if prompt_len + request.params.max_tokens > context:
             raise UpstreamError(
                 400,
-                f"this model's maximum context length is {context} tokens; the prompt has {len(prompt_ids)} "
+                f"this model's maximum context length is {context} tokens; the prompt has {prompt_len} "
                 f"and max_tokens asks for {request.params.max_tokens} more: shorten the prompt or lower max_tokens",
             )
-        completions = await self.engine.generate(prompt_ids, request.params)
-        parse = (
-            request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
+        return request
+
+    def _choice(self, c: Any, *, with_tokens: bool, parse_tools: bool) -> UpstreamChoice:
+        """One completion as a choice; with ``parse_tools``, a well-formed tool call becomes ``tool_calls``."""
+        choice = UpstreamChoice(
+            text=c.text,
+            finish_reason=c.finish_reason,
+            completion_ids=c.completion_ids,
+            logprobs=c.logprobs,
+            token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids]
+            if with_tokens
+            else None,
         )
-        choices = []
-        for c in completions:
-            choice = UpstreamChoice(
-                text=c.text,
-                finish_reason=c.finish_reason,
-                completion_ids=c.completion_ids,
-                logprobs=c.logprobs,
-                token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids]
-                if request.logprobs
-                else None,
-            )
-            if parse:
-                parsed = self.tool_parser.parse(c.text)
-                if parsed.tool_calls and not parsed.errors:
-                    choice.text = parsed.content or ""
-                    choice.tool_calls = [
-                        {
-                            "id": tc.id,
-                            "type": "function",
-                            "function": {"name": tc.name, "arguments": tc.arguments},
-                        }
-                        for tc in parsed.tool_calls
-                    ]
-                    if c.finish_reason == "stop":
-                        choice.finish_reason = "tool_calls"
-            choices.append(choice)
-        version = completions[0].weight_version if completions else self.engine.weight_version
-        return UpstreamResult(
-            prompt_ids=prompt_ids, choices=choices, weight_version=version, upstream=self.name
-        )
+        if not parse_tools:
+            return choice
+        parsed = self.tool_parser.parse(c.text)
+        if parsed.tool_calls and not parsed.errors:
+            choice.text = parsed.content or ""
+            choice.tool_calls = [
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                for tc in parsed.tool_calls
+            ]
+            if c.finish_reason == "stop":
+                choice.finish_reason = "tool_calls"
+        return choice
 
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "upstream": self.name, "weight_version": self.engine.weight_version}

@@ -409,6 +409,16 @@ def _compile_error(program: str) -> str | None:
 # --- the task's tests ---------------------------------------------------------------------------------
 
 
+# Whether a test of each type has its fields, of the right types.
+_TEST_FIELDS_OK: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "stdio": lambda t: isinstance(t.get("input"), str) and isinstance(t.get("output"), str),
+    "call": lambda t: (
+        isinstance(t.get("args"), list) and isinstance(t.get("kwargs", {}), dict) and "expected" in t
+    ),
+    "assert": lambda t: isinstance(t.get("code"), str),
+}
+
+
 def _parse_ground_truth(task: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
     """The tests and entry point of ``task``; ValueError naming the task when they are malformed."""
     task_id = task.get("task_id", "?")
@@ -434,21 +444,11 @@ def _parse_ground_truth(task: dict[str, Any]) -> tuple[list[dict[str, Any]], str
         raise malformed(f"has entry_point {entry_point!r}, not a Python name or None")
     for i, test in enumerate(tests):
         kind = test.get("type") if isinstance(test, dict) else None
-        if kind == "stdio":
-            ok = isinstance(test.get("input"), str) and isinstance(test.get("output"), str)
-        elif kind == "call":
-            if entry_point is None:
-                raise malformed(f"has a call test (tests[{i}]) but no entry_point")
-            ok = (
-                isinstance(test.get("args"), list)
-                and isinstance(test.get("kwargs", {}), dict)
-                and "expected" in test
-            )
-        elif kind == "assert":
-            ok = isinstance(test.get("code"), str)
-        else:
+        if not isinstance(kind, str) or kind not in _TEST_FIELDS_OK:
             raise malformed(f"tests[{i}] has type {kind!r}, not 'stdio', 'call' or 'assert'")
-        if not ok:
+        if kind == "call" and entry_point is None:
+            raise malformed(f"has a call test (tests[{i}]) but no entry_point")
+        if not _TEST_FIELDS_OK[kind](test):
             raise malformed(f"tests[{i}] ({kind}) lacks a field or has one of the wrong type")
     return tests, entry_point
 
