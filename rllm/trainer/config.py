@@ -380,7 +380,9 @@ def _unknown_workflow(name: Any) -> ValidationError:
         f"environment ({', '.join(environments) or 'none registered'})"
     )
     error = PydanticCustomError("unknown_name", "{message}", {"message": message})
-    return ValidationError.from_exception_data("WorkflowConfig", [{"type": error, "loc": ("name",), "input": name}])
+    return ValidationError.from_exception_data(
+        "WorkflowConfig", [{"type": error, "loc": ("name",), "input": name}]
+    )
 
 
 class DataConfig(_Section):

@@ -160,7 +160,9 @@ def _explain(error: ValidationError, model_cls: type[BaseModel], data: Any) -> l
         key, kind = _dotted(path), err["type"]
         if kind == "extra_forbidden":
             problems[_unknown_key_message(model_cls, path, data)] = None
-        elif kind == "unknown_name":  # a name a section dispatches on (workflow.name): the message says it all
+        elif (
+            kind == "unknown_name"
+        ):  # a name a section dispatches on (workflow.name): the message says it all
             problems[f"config key '{key}': {err['msg']}"] = None
         elif kind == "missing":
             problems[f"config key '{key}' is required but was not given"] = None
