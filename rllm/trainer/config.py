@@ -350,7 +350,7 @@ def _env_workflow(name: str, options: type[EnvOptions]) -> type[WorkflowConfig]:
     if key not in _ENV_WORKFLOWS:
         _ENV_WORKFLOWS[key] = create_model(  # type: ignore[call-overload]
             f"{options.__name__}Workflow",
-            __base__=(WorkflowConfig, options),
+            __base__=(options, WorkflowConfig),
             name=(Literal[name], name),  # type: ignore[valid-type]
         )
     return _ENV_WORKFLOWS[key]
