@@ -183,16 +183,3 @@ def test_an_environment_is_played_on_its_own_tasks(
 def test_help_config_describes_the_environment_options(hidden_number: None) -> None:
     rows = [line for line in describe_config(TrainConfig).splitlines() if "workflow.hints" in line]
     assert len(rows) == 1 and "(workflow.name=hidden_number) say 'higher' or 'lower'" in rows[0]
-
-
-def test_no_module_outside_envs_names_an_environment() -> None:
-    package = Path(__file__).resolve().parents[2] / "rllm"
-    naming = [
-        str(path.relative_to(package))
-        for path in package.rglob("*")
-        if path.is_file()
-        and path.suffix in {".py", ".md", ".html", ".js", ".css", ".json", ".yaml", ".txt"}
-        and "envs" not in path.relative_to(package).parts[:1]
-        and "frozenlake" in path.read_text(encoding="utf-8", errors="replace").lower()
-    ]
-    assert naming == []
