@@ -22,7 +22,7 @@ from rllm.eval.runner import load_results
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
-from rllm.utils.config import ConfigError, describe_config, load_config
+from rllm.utils.config import ConfigError, describe_config, dump_config, load_config
 
 # ------------------------------------------------------------------- the environment: this file only
 
@@ -183,3 +183,11 @@ def test_an_environment_is_played_on_its_own_tasks(
 def test_help_config_describes_the_environment_options(hidden_number: None) -> None:
     rows = [line for line in describe_config(TrainConfig).splitlines() if "workflow.hints" in line]
     assert len(rows) == 1 and "(workflow.name=hidden_number) say 'higher' or 'lower'" in rows[0]
+
+
+def test_the_config_snapshot_of_an_environment_run_loads_back_equal(
+    hidden_number: None, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = _config(tiny_model_dir, tmp_path, "workflow.hints=false")
+    loaded = load_config(TrainConfig, dump_config(cfg, tmp_path / "config.yaml"))
+    assert loaded == cfg and loaded.workflow.hints is False
