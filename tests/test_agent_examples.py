@@ -12,7 +12,7 @@ import pytest
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
-from rllm.utils.config import load_config
+from rllm.utils.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,10 @@ def test_example_config_trains_end_to_end(
 def test_frozenlake_workflow_and_task_go_together(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(UnsupportedConfigError, match="frozenlake"):
         AgentTrainer(_config("frozenlake", tiny_model_dir, tmp_path, "data.task=larger"))
-    with pytest.raises(UnsupportedConfigError, match="history_turns applies to the frozenlake"):
+    with pytest.raises(
+        ConfigError,
+        match="workflow.name=tool_agent has no such option, it belongs to workflow.name=frozenlake",
+    ):
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "workflow.history_turns=0"))
     with pytest.raises(UnsupportedConfigError, match="per_step"):
         AgentTrainer(_config("tool_agent", tiny_model_dir, tmp_path, "algorithm.gamma=0.9"))

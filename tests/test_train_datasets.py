@@ -17,8 +17,8 @@ from rllm.trainer.agent_trainer import AgentTrainer, check_config
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.workflows import build_workflow
 from rllm.utils.config import load_config
-from rllm.workflows.builtin import build_workflow
 
 
 @pytest.fixture

@@ -85,12 +85,13 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--max-turns",
         type=int,
         default=None,
-        help="frozenlake: most moves per game (default 5, as examples/frozenlake trains)",
+        help="an environment's dataset: most turns per episode (default: the environment's eval setting)",
     )
     p.add_argument(
         "--history-turns",
         default=None,
-        help="frozenlake: earlier (board, reply) turns kept in the prompt, or 'all' (default 0)",
+        help="an environment's dataset, for an environment with this option: earlier (observation, "
+        "reply) turns kept in the prompt, or 'all' (default: the environment's, e.g. 0)",
     )
     p.add_argument("--device", default="auto", help="local model device (auto, cpu, cuda)")
     p.add_argument("--dtype", default="auto", help="local model dtype (auto, float32, bfloat16)")
@@ -134,8 +135,9 @@ def default_output(dataset: str, split: str, model: str) -> Path:
 def run_eval_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from rllm.envs.registry import is_env
     from rllm.eval.datasets import eval_tasks
-    from rllm.eval.flows import chat_flow, frozenlake_flow, reward_evaluator
+    from rllm.eval.flows import chat_flow, env_flow, reward_evaluator
     from rllm.eval.runner import EvalSpec, run_eval
     from rllm.rewards.instructions import answer_instruction
     from rllm.rewards.registry import get_reward
@@ -149,28 +151,32 @@ def run_eval_command(args: argparse.Namespace) -> int:
     try:
         tasks, reward_name = eval_tasks(args.dataset, args.split, args.max_examples)
         reward_name = args.reward or reward_name
-        plays_game = reward_name == "frozenlake" and not args.flow  # the built-in game flow; it scores itself
+        # An environment's dataset is played against its environment, which scores itself.
+        plays_env = is_env(args.dataset) and not (args.flow or args.reward)
         game_options = {
             key: value
             for key, value in (("max_turns", args.max_turns), ("history_turns", args.history_turns))
             if value is not None
         }
-        if game_options and not plays_game:
+        if game_options and not plays_env:
             flags = ", ".join("--" + key.replace("_", "-") for key in game_options)
-            raise ValueError(f"{flags} set(s) the built-in frozenlake game; it does not apply to this flow")
+            raise ValueError(
+                f"{flags} set(s) options of an environment's game; it does not apply to this flow"
+            )
+        if "history_turns" in game_options:
+            history = game_options["history_turns"]
+            game_options["history_turns"] = (
+                None if history == "all" else _int_option("--history-turns", history)
+            )
         if args.flow:
             flow = load_object(args.flow)
-        elif plays_game:
-            history = game_options.get("history_turns", "0")
-            flow = frozenlake_flow(
-                game_options.get("max_turns", 5),
-                None if history == "all" else _int_option("--history-turns", history),
-            )
+        elif plays_env:
+            flow = env_flow(args.dataset, **game_options)
         else:
             flow = chat_flow(answer_instruction(reward_name), args.system_prompt)
         if args.evaluator:
             evaluator_fn = load_object(args.evaluator)
-        elif plays_game:
+        elif plays_env:
             evaluator_fn = None  # the environment scores the episode
         elif reward_name is None:
             raise ValueError(f"dataset {args.dataset!r} names no reward: pass --reward NAME or --evaluator")

@@ -4,7 +4,7 @@ Each task is a dict in the common task schema: ``task_id``, ``question``, ``grou
 
 Held out means held out at any size and any seed: a problem's split is a hash of the problem itself (its
 operands, not its wording or their order), and one problem in four is a test problem, the same rule as the
-countdown and FrozenLake generators. The train split is drawn only from train problems, so no train set,
+countdown generator and the environments' task families. The train split is drawn only from train problems, so no train set,
 whatever its size or seed, contains a question of any test set, and held-out accuracy measures
 generalisation, not memorisation. ``seed`` only picks which problems are drawn and in what order.
 """
@@ -198,14 +198,8 @@ def _train_items(name: str, size: int, seed: int) -> list[tuple[str, str]]:
 def make_tasks(name: str, split: str, size: int, seed: int = 0) -> list[dict[str, Any]]:
     """Generate ``size`` tasks of kind ``name`` for ``split`` ("train" or "test"); see the module docstring
     for why the two never share a question."""
-    if name == "frozenlake":
-        from rllm.envs.frozenlake import frozenlake_tasks
-
-        return frozenlake_tasks(split, size, seed=seed)
     if name not in GENERATORS:
-        raise ValueError(
-            f"unknown built-in task {name!r}: choose one of {', '.join([*GENERATORS, 'frozenlake'])}"
-        )
+        raise ValueError(f"unknown built-in task {name!r}: choose one of {', '.join(GENERATORS)}")
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
     if size < 0:

@@ -394,12 +394,6 @@ def _countdown(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     return [{"metadata": {}, **task} for task in countdown_tasks(split, n, seed=seed)]
 
 
-def _frozenlake(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    from rllm.envs.frozenlake import frozenlake_tasks
-
-    return frozenlake_tasks(split, n, seed=seed)
-
-
 def _code_problems(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     from rllm.data.code_problems import code_problem_tasks
 
@@ -415,10 +409,22 @@ _ARITHMETIC = {
 }
 
 
-@functools.cache
 def builtin_datasets() -> Mapping[str, BuiltinDataset]:
-    """The datasets rllm generates itself, by name: no download, any size, disjoint train/test splits.
-    Built once (``DatasetRegistry.list`` and every lookup read it) and read-only."""
+    """The datasets rllm generates itself, by name: no download, any size, disjoint train/test splits;
+    with the task family of every registered environment (``rllm.envs.register_env``), which names no
+    reward because its environment scores the episodes. Read-only."""
+    from rllm.envs.registry import envs
+
+    families = {
+        name: BuiltinDataset(name, None, spec.description, spec.tasks, dict(spec.default_size))
+        for name, spec in envs().items()
+    }
+    return MappingProxyType({**families, **_generated_datasets()})
+
+
+@functools.cache
+def _generated_datasets() -> Mapping[str, BuiltinDataset]:
+    """The generators of rllm's own datasets, built once (every lookup reads them)."""
     table = {
         name: BuiltinDataset(name, "number", f"{about} (generated)", _arithmetic(name))
         for name, about in _ARITHMETIC.items()
@@ -441,13 +447,6 @@ def builtin_datasets() -> Mapping[str, BuiltinDataset]:
         "countdown",
         "reach a target number with + - * / over given numbers (generated)",
         _countdown,
-    )
-    table["frozenlake"] = BuiltinDataset(
-        "frozenlake",
-        None,
-        "FrozenLake maps for the multi-turn env, which gives the reward (generated)",
-        _frozenlake,
-        {"train": 500, "test": 100},
     )
     from rllm.data.code_problems import PROBLEMS
 

@@ -1,6 +1,32 @@
-"""Environments for multi-turn agents: the interface (``Env``, ``EnvStep``) and built-in ones."""
+"""Environments for multi-turn agents: the interface (``Env``, ``EnvStep``), the registry that names them
+(``register_env``, ``get_env``) and the built-in ones, which register themselves on import."""
 
 from rllm.envs.base import Env, EnvStep
 from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv, frozenlake_tasks, generate_map
+from rllm.envs.registry import (
+    EnvOptions,
+    EnvSpec,
+    UnknownEnvError,
+    env_names,
+    get_env,
+    is_env,
+    register_env,
+    unregister_env,
+)
 
-__all__ = ["Env", "EnvStep", "FrozenLakeAgent", "FrozenLakeEnv", "frozenlake_tasks", "generate_map"]
+__all__ = [
+    "Env",
+    "EnvOptions",
+    "EnvSpec",
+    "EnvStep",
+    "FrozenLakeAgent",
+    "FrozenLakeEnv",
+    "UnknownEnvError",
+    "env_names",
+    "frozenlake_tasks",
+    "generate_map",
+    "get_env",
+    "is_env",
+    "register_env",
+    "unregister_env",
+]

@@ -21,8 +21,11 @@ import re
 from collections import deque
 from typing import Any
 
+from pydantic import Field
+
 from rllm.agents.base import Agent, InvalidAction
 from rllm.envs.base import Env, EnvStep
+from rllm.envs.registry import EnvOptions, register_env
 
 Position = tuple[int, int]
 
@@ -387,3 +390,33 @@ class FrozenLakeAgent(Agent):
         if direction is None:
             return InvalidAction(f"No move found in your reply. {_FORMAT}")
         return direction
+
+
+# ------------------------------------------------------------------------------------- registration
+
+
+class FrozenLakeOptions(EnvOptions):
+    """``workflow.*`` keys of a run with ``workflow.name=frozenlake`` (and ``rllm eval frozenlake``)."""
+
+    history_turns: int | None = Field(
+        None,
+        ge=0,
+        description="earlier (board, reply) exchanges kept in the prompt; "
+        "null keeps the whole game, 0 shows only the current board.",
+    )
+
+
+def _frozenlake_family(split: str, n: int, seed: int) -> list[dict[str, Any]]:
+    return frozenlake_tasks(split, n, seed=seed)
+
+
+register_env(
+    "frozenlake",
+    env=FrozenLakeEnv,
+    agent=lambda options: FrozenLakeAgent(history_turns=options.history_turns),
+    tasks=_frozenlake_family,
+    options=FrozenLakeOptions,
+    description="FrozenLake maps for the multi-turn env, which gives the reward (generated)",
+    default_size={"train": 500, "test": 100},
+    eval_options={"max_turns": 5, "history_turns": 0},  # examples/frozenlake's
+)

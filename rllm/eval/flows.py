@@ -5,8 +5,8 @@ through the same gateway and are scored the same way:
 
 - ``chat_flow(instruction)``: one chat call with the question (plus the reward's answer instruction);
   returns the reply, which the dataset's reward scores (``reward_evaluator``).
-- ``frozenlake_flow``: plays the FrozenLake map of a task, one chat call per move; the environment
-  says whether the goal was reached.
+- ``env_flow(name)``: plays the registered environment ``name`` on a task, one chat call per turn, with
+  the training workflow's own loop; the environment says whether the episode succeeded.
 """
 
 from __future__ import annotations
@@ -52,19 +52,21 @@ def reward_evaluator(reward_fn: RewardFn) -> Any:
     return score
 
 
-def frozenlake_flow(max_turns: int = 5, history_turns: int | None = 0) -> Rollout:
-    """Play the task's FrozenLake map, one chat call per move, with the training workflow's own loop
-    (``rllm.workflows.multi_turn.play``) and agent; the defaults are ``examples/frozenlake``'s."""
-    from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv
+def env_flow(name: str, **options: Any) -> Rollout:
+    """Play environment ``name`` (``rllm.envs.register_env``) on each task, one chat call per turn, with the
+    training workflow's own loop (``rllm.workflows.multi_turn.play``) and the environment's agent. Its
+    ``options`` start from the environment's ``eval_options`` (how ``rllm eval`` plays it); a bad one is
+    refused now, not once per episode. The reward is 1.0 when the environment calls the episode a success."""
+    from rllm.envs.registry import get_env
     from rllm.workflows.multi_turn import play
 
-    if max_turns < 1:
-        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    FrozenLakeAgent(history_turns=history_turns)  # refuse a bad history_turns now, not once per episode
+    spec = get_env(name)
+    chosen = spec.make_options(**{**spec.eval_options, **options})
+    spec.agent(chosen)  # an agent that refuses its options says so now
 
-    @rollout(name="frozenlake")
-    async def frozenlake(task: dict[str, Any], config: AgentConfig) -> EvalResult:
-        env, agent = FrozenLakeEnv.from_task(task), FrozenLakeAgent(history_turns=history_turns)
+    @rollout(name=name)
+    async def play_env(task: dict[str, Any], config: AgentConfig) -> EvalResult:
+        env, agent = spec.env(task, chosen), spec.agent(chosen)
         agent.reset(task)
         client = config.async_client()
 
@@ -72,8 +74,8 @@ def frozenlake_flow(max_turns: int = 5, history_turns: int | None = 0) -> Rollou
             reply = await client.chat.completions.create(model=config.model, messages=messages)
             return reply.choices[0].message.content or ""
 
-        game = await play(env, agent, chat, max_turns=max_turns)
+        game = await play(env, agent, chat, max_turns=chosen.max_turns)
         moves = [action if action is not None else "invalid" for action in game.actions]
         return EvalResult(reward=float(game.success), is_correct=game.success, info={"moves": moves})
 
-    return frozenlake
+    return play_env

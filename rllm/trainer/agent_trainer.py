@@ -93,7 +93,7 @@ class AgentTrainer:
         from rllm.data.registry import DatasetRegistry
         from rllm.models import resolve_model
         from rllm.sdk.decorators import Rollout
-        from rllm.workflows.builtin import build_workflow
+        from rllm.trainer.workflows import build_workflow
 
         self.cfg = config
         check_config(config, backend_capabilities(config.backend.name))

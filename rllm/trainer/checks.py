@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.algorithms.advantages import takes_std
+from rllm.envs.registry import is_env
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 
@@ -76,15 +77,8 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             "rollout.temperature=0 samples one answer per task, leaving no signal: use > 0"
         )
-    if (cfg.workflow.name == "frozenlake") != (cfg.data.task == "frozenlake"):
-        raise UnsupportedConfigError(
-            "workflow.name=frozenlake and data.task=frozenlake go together: set both (or neither)"
-        )
+    _check_env_pairing(cfg)
     _check_dataset(cfg)
-    if cfg.workflow.history_turns is not None and cfg.workflow.name != "frozenlake":
-        raise UnsupportedConfigError(
-            f"workflow.history_turns applies to the frozenlake workflow only, not {cfg.workflow.name}: drop it"
-        )
     sh = cfg.algorithm.shaping
     if sh.overlong_buffer > cfg.rollout.max_tokens:
         raise UnsupportedConfigError(
@@ -207,6 +201,21 @@ def _check_vllm(cfg: TrainConfig) -> None:
         )
 
 
+def _check_env_pairing(cfg: TrainConfig) -> None:
+    """An environment is played on its own task family, and its task family only by it: the rows carry
+    what its ``env(task)`` reads and no reward of their own."""
+    w, task = cfg.workflow.name, cfg.data.task
+    if is_env(w) and task != w:
+        raise UnsupportedConfigError(
+            f"workflow.name={w} plays environment {w!r}, which needs its own tasks: set data.task={w}"
+        )
+    if is_env(task) and w != task:
+        raise UnsupportedConfigError(
+            f"data.task={task} holds the tasks of environment {task!r}, which only its own workflow "
+            f"plays: set workflow.name={task}"
+        )
+
+
 def _check_dataset(cfg: TrainConfig) -> None:
     """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
     from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
@@ -226,9 +235,10 @@ def _check_dataset(cfg: TrainConfig) -> None:
         raise UnsupportedConfigError(
             f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}"
         )
-    if cfg.workflow.name != "frozenlake" and (d.reward or info.reward) is None:
+    plays_env = is_env(cfg.workflow.name)  # the environment scores the episode: no reward to check
+    if not plays_env and (d.reward or info.reward) is None:
         raise UnsupportedConfigError(f"dataset {d.task!r} names no reward: set data.reward")
-    _check_sandbox(cfg, None if cfg.workflow.name == "frozenlake" else d.reward or info.reward)
+    _check_sandbox(cfg, None if plays_env else d.reward or info.reward)
 
 
 def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:
@@ -240,7 +250,7 @@ def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:
     try:
         if reward is not None:
             get_reward(reward)  # building the code reward checks its sandbox
-        if cfg.workflow.name == "tool_agent" and "python" in cfg.workflow.tools:
+        if cfg.workflow.name == "tool_agent" and "python" in getattr(cfg.workflow, "tools", ()):
             protections()
     except SandboxUnavailable as exc:
         raise UnsupportedConfigError(str(exc)) from None

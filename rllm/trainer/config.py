@@ -7,13 +7,25 @@ combinations a backend cannot honour are refused at start-up (see ``AgentTrainer
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    create_model,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from rllm.algorithms.advantages import StdKind
 from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit
+from rllm.envs.registry import EnvOptions, envs
 
 
 class _Section(BaseModel):
@@ -289,28 +301,87 @@ class AlgorithmConfig(_Section):
 
 
 class WorkflowConfig(_Section):
-    name: Literal["single_turn", "tool_agent", "solver_judge", "frozenlake"] = Field(
+    """The ``workflow`` section. ``name`` picks the workflow, and that workflow's own options model (a
+    subclass of this one: ``workflow_variants()``) validates the rest, so each workflow and environment
+    owns its knobs: ``workflow.history_turns`` on single_turn is an unknown key, not a silent no-op."""
+
+    name: str = Field(
         "single_turn",
-        description="Built-in workflow: single_turn (ask, score), tool_agent (ReAct loop with workflow.tools), "
-        "solver_judge (workflow.n_solvers solvers, a judge picks), frozenlake (multi-turn grid world; "
-        "needs data.task=frozenlake).",
+        description="Workflow: single_turn (ask, score), tool_agent (ReAct loop with workflow.tools), "
+        "solver_judge (workflow.n_solvers solvers, a judge picks), or a registered environment's name "
+        "(a multi-turn game; needs data.task=<the same name>; docs/agents.md). Its options follow.",
     )
-    max_turns: int = Field(4, gt=0, description="tool_agent / frozenlake: most model turns per episode.")
-    n_solvers: int = Field(2, ge=2, description="solver_judge: solvers per episode.")
+
+    @classmethod
+    def config_variants(cls) -> dict[str, type[WorkflowConfig]]:
+        """The options model of each workflow name (read by ``rllm.utils.config``)."""
+        return workflow_variants()
+
+
+class SingleTurnConfig(WorkflowConfig):
+    name: Literal["single_turn"] = "single_turn"
+
+
+class ToolAgentConfig(WorkflowConfig):
+    name: Literal["tool_agent"] = "tool_agent"
+    max_turns: int = Field(4, gt=0, description="most model turns per episode.")
     tools: list[Literal["calculator", "python"]] = Field(
-        default_factory=lambda: ["calculator"],
-        description="tool_agent: built-in tools the agent may call.",
+        default_factory=lambda: ["calculator"], description="built-in tools the agent may call."
     )
-    tool_timeout_s: float = Field(5.0, gt=0, description="tool_agent: time limit per tool call.")
-    invalid_action_reward: float = Field(
-        0.0,
-        description="frozenlake: step reward of a reply that names no valid action.",
+    tool_timeout_s: float = Field(5.0, gt=0, description="time limit per tool call.")
+
+
+class SolverJudgeConfig(WorkflowConfig):
+    name: Literal["solver_judge"] = "solver_judge"
+    n_solvers: int = Field(2, ge=2, description="solvers per episode.")
+
+
+_BUILTIN_WORKFLOWS: dict[str, type[WorkflowConfig]] = {
+    "single_turn": SingleTurnConfig,
+    "tool_agent": ToolAgentConfig,
+    "solver_judge": SolverJudgeConfig,
+}
+_ENV_WORKFLOWS: dict[tuple[str, type[EnvOptions]], type[WorkflowConfig]] = {}
+
+
+def _env_workflow(name: str, options: type[EnvOptions]) -> type[WorkflowConfig]:
+    """The workflow section of a run that plays environment ``name``: its name plus its options."""
+    key = (name, options)
+    if key not in _ENV_WORKFLOWS:
+        _ENV_WORKFLOWS[key] = create_model(  # type: ignore[call-overload]
+            f"{options.__name__}Workflow",
+            __base__=(options, WorkflowConfig),
+            name=(Literal[name], name),  # type: ignore[valid-type]
+        )
+    return _ENV_WORKFLOWS[key]
+
+
+def workflow_variants() -> dict[str, type[WorkflowConfig]]:
+    """Every workflow name ``workflow.name`` accepts, with its options model: the built-in workflows,
+    then one per registered environment (``rllm.envs.register_env``)."""
+    table = dict(_BUILTIN_WORKFLOWS)
+    for name, spec in envs().items():
+        table.setdefault(name, _env_workflow(name, spec.options))
+    return table
+
+
+def workflow_config(name: str = "single_turn", **options: Any) -> WorkflowConfig:
+    """The ``workflow`` section for ``name`` with ``options`` (Python's ``workflow.name=... key=...``)."""
+    return TrainConfig.model_validate({"workflow": {"name": name, **options}}).workflow
+
+
+def _unknown_workflow(name: Any) -> ValidationError:
+    known = workflow_variants()
+    close = difflib.get_close_matches(str(name), list(known), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    environments = [n for n in known if n not in _BUILTIN_WORKFLOWS]
+    message = (
+        f"unknown workflow {name!r}: {hint}choose one of {', '.join(_BUILTIN_WORKFLOWS)}, or an "
+        f"environment ({', '.join(environments) or 'none registered'})"
     )
-    history_turns: int | None = Field(
-        None,
-        ge=0,
-        description="frozenlake: earlier (board, reply) exchanges kept in the prompt; "
-        "null keeps the whole game, 0 shows only the current board.",
+    error = PydanticCustomError("unknown_name", "{message}", {"message": message})
+    return ValidationError.from_exception_data(
+        "WorkflowConfig", [{"type": error, "loc": ("name",), "input": name}]
     )
 
 
@@ -318,7 +389,8 @@ class DataConfig(_Section):
     task: str = Field(
         "larger",
         description="Dataset to train on: built-in (larger, smaller, add, multiply, count_letter, "
-        "countdown, code_problems, frozenlake), registered, or pulled from the catalog (rllm dataset list).",
+        "countdown, code_problems, or an environment's task family), registered, or pulled from the "
+        "catalog (rllm dataset list).",
     )
     train_split: str = Field("train", description="Split of data.task to train on.")
     test_split: str = Field("test", description="Split of data.task for the held-out eval.")
@@ -392,7 +464,23 @@ class TrainConfig(_Section):
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
+    workflow: SerializeAsAny[WorkflowConfig] = Field(default_factory=SingleTurnConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @field_validator("workflow", mode="wrap")
+    @classmethod
+    def _workflow_owns_its_options(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """Validate the section with the options model of the workflow it names."""
+        if isinstance(value, WorkflowConfig) and type(value) is not WorkflowConfig:
+            return value
+        if isinstance(value, WorkflowConfig):
+            value = value.model_dump(exclude_unset=True)
+        if not isinstance(value, dict):
+            return handler(value)  # pydantic's own "expects a mapping" error
+        name = value.get("name", WorkflowConfig.model_fields["name"].default)
+        variant = workflow_variants().get(name) if isinstance(name, str) else None
+        if variant is None:
+            raise _unknown_workflow(name)
+        return variant.model_validate(value)

@@ -14,6 +14,7 @@ an equal model.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import types
 import typing
@@ -158,7 +159,11 @@ def _explain(error: ValidationError, model_cls: type[BaseModel], data: Any) -> l
         path = _input_path(err["loc"], data)
         key, kind = _dotted(path), err["type"]
         if kind == "extra_forbidden":
-            problems[_unknown_key_message(model_cls, path)] = None
+            problems[_unknown_key_message(model_cls, path, data)] = None
+        elif (
+            kind == "unknown_name"
+        ):  # a name a section dispatches on (workflow.name): the message says it all
+            problems[f"config key '{key}': {err['msg']}"] = None
         elif kind == "missing":
             problems[f"config key '{key}' is required but was not given"] = None
         elif kind in _EXPECTS or kind in ("literal_error", "enum"):
@@ -206,13 +211,22 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _unknown_key_message(model_cls: type[BaseModel], path: list[int | str]) -> str:
+def _unknown_key_message(model_cls: type[BaseModel], path: list[int | str], data: Any = None) -> str:
     key = _dotted(path)
     parent, leaf = path[:-1], str(path[-1])
+    owner = _model_at(model_cls, parent, data)
+    elsewhere = _variants_with(model_cls, parent, leaf)
+    if owner is not None and elsewhere:  # a knob of another workflow (workflow.history_turns on single_turn)
+        tag, values = elsewhere
+        current = getattr(owner.model_fields.get(tag), "default", "?")
+        section = _dotted(parent)
+        return (
+            f"unknown config key '{key}': {section}.{tag}={current} has no such option, it belongs to "
+            f"{' or '.join(f'{section}.{tag}={v}' for v in values)}"
+        )
     all_keys = config_keys(model_cls)
     # The same name at another level is the strongest hint ('lr' for 'trainer.lr'), then close siblings.
     suggestions = [k for k in all_keys if k.rsplit(".", 1)[-1] == leaf and k != key]
-    owner = _model_at(model_cls, parent)
     if owner is not None:
         siblings = [_field_key(name, f) for name, f in owner.model_fields.items()]
         prefix = _dotted(parent) + "." if parent else ""
@@ -251,11 +265,44 @@ def _is_model(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
-def _model_at(model_cls: type[BaseModel], path: Sequence[int | str]) -> type[BaseModel] | None:
-    """The model class that owns the keys at ``path`` (through nested, optional, list and dict fields)."""
+def _variants(tp: Any) -> tuple[str, dict[str, type[BaseModel]]] | None:
+    """A section whose ``name`` picks the model of the rest declares ``config_variants()``: (the key it
+    dispatches on, {its value: model})."""
+    variants = getattr(tp, "config_variants", None) if _is_model(tp) else None
+    return ("name", variants()) if variants is not None else None
+
+
+def _pick_variant(tp: Any, node: Any) -> Any:
+    """The variant of section ``tp`` that the input ``node`` names (or its default), else ``tp``."""
+    variants = _variants(tp)
+    if variants is None:
+        return tp
+    tag, table = variants
+    value = node.get(tag) if isinstance(node, Mapping) and tag in node else tp.model_fields[tag].default
+    return table.get(value, tp) if isinstance(value, str) else tp
+
+
+def _variants_with(model_cls: type[BaseModel], parent: Sequence[int | str], leaf: str) -> Any:
+    """(tag, [values]) of the variants of the section at ``parent`` that have a key ``leaf``."""
+    base = _model_at(model_cls, parent)
+    variants = _variants(base)
+    if variants is None:
+        return None
+    tag, table = variants
+    values = [v for v, m in table.items() if leaf in {_field_key(n, f) for n, f in m.model_fields.items()}]
+    return (tag, values) if values else None
+
+
+def _model_at(
+    model_cls: type[BaseModel], path: Sequence[int | str], data: Any = None
+) -> type[BaseModel] | None:
+    """The model class that owns the keys at ``path`` (through nested, optional, list and dict fields);
+    with the input ``data``, the variant of a dispatching section that the input names."""
     tp: Any = model_cls
+    node = data
     for part in path:
-        tp = _unwrap(tp)
+        tp = _pick_variant(_unwrap(tp), node) if data is not None else _unwrap(tp)
+        node = node.get(part) if isinstance(node, Mapping) else None
         origin = typing.get_origin(tp)
         if _is_model(tp) and isinstance(part, str):
             fields = {_field_key(n, f): f for n, f in tp.model_fields.items()}
@@ -268,14 +315,26 @@ def _model_at(model_cls: type[BaseModel], path: Sequence[int | str]) -> type[Bas
             tp = typing.get_args(tp)[1] if typing.get_args(tp) else Any
         else:
             return None
-    tp = _unwrap(tp)
+    tp = _pick_variant(_unwrap(tp), node) if data is not None else _unwrap(tp)
     return tp if _is_model(tp) else None
 
 
-def _walk(model_cls: type[BaseModel], prefix: str = "", defaults: Any = None) -> list[tuple[str, Any, Any]]:
-    """(dotted key, field info, effective default) for every field, sections before their keys."""
+def _walk(
+    model_cls: type[BaseModel],
+    prefix: str = "",
+    defaults: Any = None,
+    only: Sequence[str] | None = None,
+    note: str = "",
+) -> list[tuple[str, Any, Any]]:
+    """(dotted key, field info, effective default) for every field, sections before their keys; a
+    dispatching section's base keys, then each variant's own (their descriptions led by ``note``)."""
     rows: list[tuple[str, Any, Any]] = []
     for name, field in model_cls.model_fields.items():
+        if only is not None and name not in only:
+            continue
+        if note:
+            field = copy.copy(field)
+            field.description = note + (field.description or "")
         key = prefix + _field_key(name, field)
         if defaults is not None:
             default = getattr(defaults, name, None)
@@ -289,7 +348,23 @@ def _walk(model_cls: type[BaseModel], prefix: str = "", defaults: Any = None) ->
         rows.append((key, field, default))
         sub = _unwrap(field.annotation)
         if _is_model(sub):
-            rows.extend(_walk(sub, key + ".", default if isinstance(default, BaseModel) else None))
+            sub_default = default if isinstance(default, BaseModel) else None
+            rows.extend(_walk(sub, key + ".", sub_default))
+            rows.extend(_walk_variants(sub, key, sub_default))
+    return rows
+
+
+def _walk_variants(base: type[BaseModel], key: str, defaults: Any) -> list[tuple[str, Any, Any]]:
+    """The keys each variant of a dispatching section adds to its base (``workflow.max_turns`` ...)."""
+    variants = _variants(base)
+    if variants is None:
+        return []
+    tag, table = variants
+    rows: list[tuple[str, Any, Any]] = []
+    for value, variant in table.items():
+        own = [n for n in variant.model_fields if n not in base.model_fields]
+        its_defaults = defaults if type(defaults) is variant else None
+        rows.extend(_walk(variant, key + ".", its_defaults, only=own, note=f"({key}.{tag}={value}) "))
     return rows
 
 
@@ -311,7 +386,7 @@ def config_keys(model_cls: type[BaseModel]) -> list[str]:
     A nested (or optional nested) model contributes its own key (``lora``, which can be set to null)
     followed by its fields (``lora.rank``). Keys inside lists or dicts of models are not expanded.
     """
-    return [key for key, _, _ in _walk(model_cls)]
+    return list(dict.fromkeys(key for key, _, _ in _walk(model_cls)))
 
 
 # ----------------------------------------------------------------------------------------- describing

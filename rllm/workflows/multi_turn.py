@@ -1,6 +1,6 @@
 """The multi-turn workflow: an agent and an environment take turns until the episode ends.
 
-    workflow = MultiTurnWorkflow(FrozenLakeEnv, FrozenLakeAgent, max_turns=8)
+    workflow = MultiTurnWorkflow(MyEnv, MyAgent, max_turns=8)     # an Env subclass, an Agent factory
     trainer = AgentTrainer(cfg, workflow=workflow, train_tasks=..., test_tasks=...)
 
 Each turn is one LLM call, recorded as one Step whose prompt is the whole conversation so far and whose

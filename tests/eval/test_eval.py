@@ -17,7 +17,8 @@ import pytest
 
 from rllm.cli.main import main
 from rllm.data.builtin import make_tasks
-from rllm.eval.flows import chat_flow, frozenlake_flow, reward_evaluator
+from rllm.envs.frozenlake import frozenlake_tasks
+from rllm.eval.flows import chat_flow, env_flow, reward_evaluator
 from rllm.eval.passk import ks_to_report, mean_pass_at_k, pass_at_k
 from rllm.eval.runner import EvalSpec, load_results, run_eval, summarize
 from rllm.rewards.basic import number_reward
@@ -299,11 +300,11 @@ def test_user_flow_and_evaluator_from_a_file(tiny_model_dir: Path, tmp_path: Pat
 
 
 def test_frozenlake_eval_plays_the_maps(tiny_model_dir: Path, tmp_path: Path) -> None:
-    tasks = make_tasks("frozenlake", "test", 4)
+    tasks = frozenlake_tasks("test", 4)
     summary = run_eval(
         _spec(tmp_path, tiny_model_dir, dataset="frozenlake", output=tmp_path / "fl.jsonl"),
         tasks,
-        frozenlake_flow(),
+        env_flow("frozenlake"),
         None,
         show_progress=False,
     )

@@ -1,0 +1,193 @@
+"""Environments by name: what ``workflow.name=<env>`` trains and ``rllm eval <env>`` plays.
+
+An entry ties together everything the library needs to run an environment without naming it anywhere
+else: how to build the environment and the agent for one task, the options the environment owns (a
+pydantic model; they are the ``workflow.*`` keys of a run that plays it), its task family (the generator
+behind ``data.task=<env>`` and ``rllm eval <env>``) and how ``rllm eval`` plays it (``eval_options``).
+The environment scores itself: its step rewards are the episode's return, and no dataset reward is used.
+
+    class GuessOptions(EnvOptions):
+        secret_max: int = Field(9, gt=0, description="guess: numbers run from 1 to this")
+
+    register_env(
+        "guess",
+        env=lambda task, options: GuessEnv(task["metadata"]["secret"]),
+        agent=lambda options: GuessAgent(),
+        tasks=guess_tasks,                   # (split, n, seed) -> task rows
+        options=GuessOptions,
+        description="guess a hidden number (generated)",
+    )
+
+Built-in environments register themselves at the bottom of their own module (imported by
+``rllm.envs``); an installed package can name a module that does so in the ``rllm.envs`` entry-point
+group, loaded the first time a name is looked up.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rllm.agents.base import Agent
+from rllm.envs.base import Env
+
+__all__ = [
+    "EnvOptions",
+    "EnvSpec",
+    "UnknownEnvError",
+    "env_names",
+    "get_env",
+    "is_env",
+    "register_env",
+    "unregister_env",
+]
+
+ENTRY_POINT_GROUP = "rllm.envs"
+
+
+class EnvOptions(BaseModel):
+    """The options of a run that plays an environment: the multi-turn loop's own two, which every
+    environment has. An environment with knobs of its own subclasses this and adds them (each with a
+    ``description``: it is what ``rllm train --help-config`` prints)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(4, gt=0, description="most model turns per episode.")
+    invalid_action_reward: float = Field(
+        0.0, description="step reward of a reply that names no valid action."
+    )
+
+
+TaskFamily = Callable[[str, int, int], list[dict[str, Any]]]  # (split, n, seed) -> task rows
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One registered environment (see the module docstring). ``env(task, options)`` and
+    ``agent(options)`` are called once per episode."""
+
+    name: str
+    env: Callable[[dict[str, Any], Any], Env]
+    agent: Callable[[Any], Agent]
+    tasks: TaskFamily
+    options: type[EnvOptions] = EnvOptions
+    description: str = ""
+    default_size: dict[str, int] = field(default_factory=lambda: {"train": 500, "test": 100})
+    eval_options: Mapping[str, Any] = field(default_factory=dict)  # how `rllm eval` plays it
+
+    def make_options(self, **values: Any) -> EnvOptions:
+        """The options model from ``values`` (unset ones keep their defaults); one-line ValueError
+        naming the option when a value is refused or the environment has no such option."""
+        try:
+            return self.options(**values)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            key = ".".join(str(part) for part in err["loc"])
+            if err["type"] == "extra_forbidden":
+                known = ", ".join(self.options.model_fields)
+                raise ValueError(
+                    f"environment {self.name!r} has no option {key!r}: its options are {known}"
+                ) from None
+            raise ValueError(
+                f"environment {self.name!r} option {key!r}: {err['msg']}, got {err.get('input')!r}"
+            ) from None
+
+
+class UnknownEnvError(KeyError):
+    """No environment of that name; the message lists the known ones, with a did-you-mean."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+_ENVS: dict[str, EnvSpec] = {}
+
+
+def register_env(
+    name: str,
+    *,
+    env: type[Env] | Callable[[dict[str, Any], Any], Env],
+    agent: Callable[[Any], Agent],
+    tasks: TaskFamily,
+    options: type[EnvOptions] = EnvOptions,
+    description: str = "",
+    default_size: dict[str, int] | None = None,
+    eval_options: Mapping[str, Any] | None = None,
+    replace: bool = False,
+) -> EnvSpec:
+    """Register an environment under ``name`` (see the module docstring); returns its entry.
+
+    ``env`` may be an ``Env`` subclass (built with ``Env.from_task(task)``). ``eval_options`` overrides
+    option defaults when ``rllm eval`` plays it. Registering a taken name is refused unless ``replace``.
+    """
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"environment name {name!r}: use letters, digits, '_' and '-'")
+    if name in _ENVS and not replace:
+        raise ValueError(f"environment {name!r} is already registered: pass replace=True to replace it")
+    if not (isinstance(options, type) and issubclass(options, EnvOptions)):
+        raise TypeError(f"environment {name!r}: options must subclass rllm.envs.EnvOptions")
+    make_env = env
+    if isinstance(env, type) and issubclass(env, Env):
+        env_cls = env
+
+        def make_env(task: dict[str, Any], _options: Any) -> Env:
+            return env_cls.from_task(task)
+
+    spec = EnvSpec(
+        name=name,
+        env=make_env,  # type: ignore[arg-type]
+        agent=agent,
+        tasks=tasks,
+        options=options,
+        description=description,
+        default_size=dict(default_size or {"train": 500, "test": 100}),
+        eval_options=MappingProxyType(dict(eval_options or {})),
+    )
+    spec.make_options(**spec.eval_options)  # refuse bad eval options now, not at the first `rllm eval`
+    _ENVS[name] = spec
+    return spec
+
+
+def unregister_env(name: str) -> None:
+    """Forget environment ``name`` (a test's toy environment, say); unknown names are ignored."""
+    _ENVS.pop(name, None)
+
+
+@functools.cache
+def _load_entry_points() -> None:
+    """Import the modules installed packages name in the ``rllm.envs`` group (they register on import)."""
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        loaded = point.load()
+        if callable(loaded) and not isinstance(loaded, type):
+            loaded()  # a function that registers, rather than a module that does so on import
+
+
+def envs() -> Mapping[str, EnvSpec]:
+    """Every registered environment, by name (read-only view)."""
+    _load_entry_points()
+    return MappingProxyType(_ENVS)
+
+
+def env_names() -> list[str]:
+    return sorted(envs())
+
+
+def is_env(name: str | None) -> bool:
+    return name is not None and name in envs()
+
+
+def get_env(name: str) -> EnvSpec:
+    """The entry of environment ``name``; ``UnknownEnvError`` with did-you-mean otherwise."""
+    table = envs()
+    if name in table:
+        return table[name]
+    close = difflib.get_close_matches(name, list(table), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise UnknownEnvError(f"unknown environment {name!r}: {hint}known ones are {', '.join(sorted(table))}")

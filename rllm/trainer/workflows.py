@@ -1,0 +1,83 @@
+"""The workflow ``rllm train`` runs, built from the config: a built-in workflow by ``workflow.name``, or
+the multi-turn game against the environment of that name (``rllm.envs.registry``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rllm.envs.registry import get_env, is_env
+from rllm.trainer.config import TrainConfig
+
+
+def dataset_reward_name(cfg: TrainConfig) -> str | None:
+    """The reward that scores ``data.task``: ``data.reward``, else the dataset's own (None: an environment's
+    task family, whose environment scores itself)."""
+    from rllm.data.registry import DatasetRegistry
+
+    return cfg.data.reward or DatasetRegistry().info(cfg.data.task).reward
+
+
+def build_env_workflow(cfg: TrainConfig) -> Any:
+    """The multi-turn workflow against the environment ``workflow.name``, with its options from the
+    ``workflow`` section: the environment scores each episode itself."""
+    from rllm.workflows.multi_turn import MultiTurnWorkflow
+
+    spec = get_env(cfg.workflow.name)
+    options = spec.options.model_validate(cfg.workflow.model_dump(exclude={"name"}))
+
+    def env(task: dict[str, Any]) -> Any:
+        return spec.env(task, options)
+
+    def agent() -> Any:
+        return spec.agent(options)
+
+    return MultiTurnWorkflow(
+        env, agent, max_turns=options.max_turns, invalid_action_reward=options.invalid_action_reward
+    )
+
+
+def build_workflow(cfg: TrainConfig) -> Any:
+    """The workflow ``cfg.workflow`` names, configured from ``cfg``: scored by the dataset's reward, with
+    the answer instruction of that reward after each question (``data.instruction``)."""
+    from rllm.rewards.instructions import answer_instruction
+    from rllm.rewards.registry import get_reward
+
+    w = cfg.workflow
+    if is_env(w.name):
+        return build_env_workflow(cfg)
+    reward_name = dataset_reward_name(cfg)
+    reward_fn = get_reward(reward_name) if reward_name else None
+    instruction = (
+        answer_instruction(reward_name) if cfg.data.instruction == "auto" else cfg.data.instruction or None
+    )
+    scoring: dict[str, Any] = {"reward_fn": reward_fn, "instruction": instruction} if reward_fn else {}
+    if w.name == "single_turn":
+        from rllm.workflows.single_turn import SingleTurnWorkflow
+
+        return SingleTurnWorkflow(system_prompt=cfg.data.system_prompt, **scoring)
+    if w.name == "tool_agent":
+        from rllm.tools.builtin import calculator, make_python_tool
+        from rllm.tools.tool import ToolRegistry
+        from rllm.workflows.builtin import TOOL_SYSTEM_PROMPT, calculator_examples
+        from rllm.workflows.tool_agent import ToolAgentWorkflow
+
+        makers = {
+            "calculator": lambda: calculator,
+            "python": lambda: make_python_tool(timeout_s=w.tool_timeout_s),
+        }
+        registry = ToolRegistry([makers[name]() for name in w.tools], default_timeout_s=w.tool_timeout_s)
+        examples = calculator_examples() if "calculator" in w.tools else []
+        return ToolAgentWorkflow(
+            registry,
+            system_prompt=cfg.data.system_prompt or TOOL_SYSTEM_PROMPT,
+            examples=examples,
+            max_turns=w.max_turns,
+            **scoring,
+        )
+    if w.name == "solver_judge":
+        from rllm.workflows.solver_judge import SolverJudgeWorkflow
+
+        return SolverJudgeWorkflow(
+            n_solvers=w.n_solvers, solver_system_prompt=cfg.data.system_prompt, **scoring
+        )
+    raise ValueError(f"unknown workflow {w.name!r}")  # unreachable: the config refuses it first
