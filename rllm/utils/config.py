@@ -251,7 +251,8 @@ def _unknown_key_message(model_cls: type[BaseModel], path: list[int | str]) -> s
     key = _dotted(path)
     parent, leaf = path[:-1], str(path[-1])
     all_keys = config_keys(model_cls)
-    # The same name at another level is the strongest hint ('optim.lr' for 'trainer.lr'), then close siblings.
+    # The same name at another level is the strongest hint ('lr' in the wrong section gets 'optim.lr'), then
+    # close siblings.
     suggestions = [k for k in all_keys if k.rsplit(".", 1)[-1] == leaf and k != key]
     owner = _model_at(model_cls, parent)
     if owner is not None:
