@@ -200,12 +200,10 @@ def _explain(error: ValidationError, model_cls: type[BaseModel], data: Any) -> l
             inputs.setdefault(slot, err.get("input"))
             if wanted not in expects.setdefault(slot, []):
                 expects[slot].append(wanted)
-            if kind != "enum" and kind not in _EXPECTS:
-                names.setdefault(slot, []).extend(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
-        elif kind == "union_tag_invalid":  # a section whose kind is chosen by a tag key (e.g. its name)
-            tag, tags = ctx.get("tag"), re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
-            tag_key = f"{key}.{ctx.get('discriminator', '').strip(chr(39))}" if path else key
-            problems[f"config key '{tag_key}': {unknown_name('name', tag, tags)}"] = None
+            if kind in ("literal_error", "enum"):
+                names.setdefault(slot, []).extend(_quoted(ctx.get("expected")))
+        elif kind == "union_tag_invalid":
+            problems[_unknown_tag_message(path, ctx)] = None
         elif kind == "value_error":  # a validator's own message, which names the value itself
             problems[f"config key '{key}': {err['msg'].removeprefix('Value error, ')}"] = None
         else:
@@ -218,6 +216,20 @@ def _explain(error: ValidationError, model_cls: type[BaseModel], data: Any) -> l
         else p
         for p in problems
     ]
+
+
+def _quoted(text: object) -> list[str]:
+    """The names in pydantic's ``"'a', 'b' or 'c'"``."""
+    return re.findall(r"'([^']*)'", str(text or ""))
+
+
+def _unknown_tag_message(path: Sequence[int | str], ctx: Mapping[str, Any]) -> str:
+    """A section whose kind is chosen by a tag key (``workflow.name``) was given a tag no member has."""
+    tag_key = _dotted([*path, ctx.get("discriminator", "").strip("'")])
+    section = next((str(p) for p in reversed(path) if isinstance(p, str)), "name")  # e.g. 'workflow'
+    return (
+        f"config key '{tag_key}': {unknown_name(section, ctx.get('tag'), _quoted(ctx.get('expected_tags')))}"
+    )
 
 
 def _input_path(loc: tuple[int | str, ...], data: Any) -> list[int | str]:
