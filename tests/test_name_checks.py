@@ -198,3 +198,24 @@ def test_console_refusal_of_an_unknown_estimator_is_one_line() -> None:
     assert proc.stderr.splitlines() == [
         "rllm: error: config key 'algorithm.advantage': unknown advantage estimator 'grop' — did you mean 'grpo'?"
     ]
+
+
+def test_a_misspelt_builtin_model_is_refused_not_fetched_from_the_hub(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rllm.models import ModelNotFoundError, resolve_model
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # offline, a hub id must be cached: not this test
+        monkeypatch.delenv(var, raising=False)
+
+    with pytest.raises(
+        ModelNotFoundError, match="unknown built-in model 'smollm2-13m' — did you mean 'smollm2-135m'"
+    ):
+        resolve_model("smollm2-13m")
+    assert resolve_model("gpt2") == "gpt2"  # a hub id without an owner is still a hub id
+    assert resolve_model("HuggingFaceTB/smollm2-13m") == "HuggingFaceTB/smollm2-13m"
+
+
+def test_rllm_dataset_pull_suggests_the_catalog_entry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dataset", "pull", "gsm8kk"]) == 1
+    assert capsys.readouterr().err.strip() == "error: 'gsm8kk' is not in the catalog — did you mean 'gsm8k'?"
