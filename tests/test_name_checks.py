@@ -97,9 +97,11 @@ def test_the_role_of_a_mapped_estimator_is_named(
 def test_a_name_with_no_close_match_lists_the_choices(
     capsys: pytest.CaptureFixture[str], nothing_loads: Path
 ) -> None:
+    from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS
+
     assert main(["train", "algorithm.advantage=ppo", f"model.path={MISSING_MODEL}"]) == 2
     assert _one_line(capsys, "rllm: error: ").endswith(
-        "unknown advantage estimator 'ppo': choose one of dr_grpo, grpo, reinforce, reinforce_pp, rloo"
+        f"unknown advantage estimator 'ppo': choose one of {', '.join(sorted(ADVANTAGE_ESTIMATORS))}"
     )
 
 

@@ -168,7 +168,7 @@ def _check_override(override: str) -> str:
     if not sep or not key or any(c.isspace() for c in key):
         raise ConfigError(
             f"config override {override!r} is not of the form key=value "
-            "(e.g. optim.lr=1e-5, lora.rank=8, stop=[a,b], resume=true)"
+            "(e.g. optim.lr=1e-5, lora.rank=8, trainer.loggers=[console,jsonl], trainer.resume=true)"
         )
     return override.strip()
 
