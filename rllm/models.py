@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rllm.utils.config import did_you_mean
+
 logger = logging.getLogger(__name__)
 
 
@@ -168,6 +170,9 @@ def resolve_model(spec: str) -> str:
         raise ModelNotFoundError(f"model path {spec} is a file, not a model directory: {hint}")
     if spec.startswith(("/", ".", "~")):
         raise ModelNotFoundError(f"model path {spec} does not exist: {hint}")
+    close = did_you_mean(spec, BUILTIN_MODELS, cutoff=0.8)
+    if close and "/" not in spec:  # a misspelt built-in name, not a hub id: refused before any download
+        raise ModelNotFoundError(f"unknown built-in model {spec!r}{close}")
 
     if _hub_offline() and not _in_hf_cache(spec):
         raise ModelNotFoundError(

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rllm.utils.config import (
     ConfigError,
     config_keys,
     config_to_yaml,
     describe_config,
+    did_you_mean,
     dump_config,
+    is_config_key,
     load_config,
+    unknown_name,
 )
 
 
@@ -148,3 +151,82 @@ def test_describe_config_lists_types_defaults_and_descriptions() -> None:
     assert "LoRA adapter rank" in text
     assert "'grpo' | 'rloo'" in text
     assert "null = full fine-tune" in text
+
+
+# --- names a key takes: did-you-mean ----------------------------------------------------------------
+
+
+class ChatSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["chat"] = "chat"
+    turns: int = 1
+
+
+class GridSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["grid"]
+    size: int = 4
+
+
+class TaggedConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    env: Annotated[ChatSection | GridSection, Field(discriminator="kind")] = Field(
+        default_factory=ChatSection
+    )
+    weights: dict[str, float] = Field(default_factory=dict)
+    level: int = 0
+
+    @field_validator("level")
+    @classmethod
+    def _small(cls, level: int) -> int:
+        if level > 3:
+            raise ValueError(f"level {level} is more than 3: pick 0 to 3")
+        return level
+
+
+def test_a_misspelt_literal_gets_did_you_mean() -> None:
+    assert _error(["trainer.estimator=rlo"]) == (
+        "config key 'trainer.estimator' expects one of 'grpo' or 'rloo', got 'rlo' — did you mean 'rloo'?"
+    )
+    assert (
+        _error(["trainer.estimator=zzz"])
+        == "config key 'trainer.estimator' expects one of 'grpo' or 'rloo', got 'zzz'"
+    )
+
+
+def test_a_misspelt_section_tag_names_the_tag_key_with_did_you_mean() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(TaggedConfig, None, ["env.kind=gird"])
+    assert str(info.value) == "config key 'env.kind': unknown env 'gird' — did you mean 'grid'?"
+    assert load_config(TaggedConfig, None, ["env.kind=grid", "env.size=8"]).env == GridSection(
+        kind="grid", size=8
+    )
+
+
+def test_a_validators_message_is_shown_as_written() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(TaggedConfig, None, ["level=5"])
+    assert str(info.value) == "config key 'level': level 5 is more than 3: pick 0 to 3"
+
+
+def test_unknown_name_and_did_you_mean() -> None:
+    assert did_you_mean("grop", ["grpo", "rloo"]) == " — did you mean 'grpo'?"
+    assert did_you_mean("xyz", ["grpo", "rloo"]) == ""
+    assert unknown_name("loss", "ppoo", ["ppo", "gspo"]) == "unknown loss 'ppoo' — did you mean 'ppo'?"
+    assert unknown_name("loss", "xyz", ["ppo", "gspo"]) == "unknown loss 'xyz': choose one of gspo, ppo"
+    assert (
+        unknown_name("loss", "xyz", ["ppo"], where=" for role 'a'")
+        == "unknown loss 'xyz' for role 'a': choose one of ppo"
+    )
+
+
+def test_is_config_key_walks_unions_mappings_and_sections() -> None:
+    assert is_config_key(TaggedConfig, "env.size") and is_config_key(
+        TaggedConfig, "env.turns"
+    )  # either member
+    assert is_config_key(TaggedConfig, "weights.anything") and is_config_key(TaggedConfig, "env.*")
+    assert not is_config_key(TaggedConfig, "env.sizes") and not is_config_key(TaggedConfig, "level.*")
+    assert is_config_key(RunConfig, "lora.rank") and not is_config_key(RunConfig, "lr")

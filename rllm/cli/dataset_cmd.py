@@ -120,7 +120,7 @@ def run_dataset_list(args: argparse.Namespace) -> int:
 
 def run_dataset_pull(args: argparse.Namespace) -> int:
     """Pull catalog dataset ``args.name`` and print its splits and directory."""
-    from rllm.data.catalog import CATALOG, DatasetPullError, pull
+    from rllm.data.catalog import CATALOG, DatasetPullError, not_in_catalog, pull
 
     registry = DatasetRegistry()
     if args.name not in CATALOG:
@@ -130,7 +130,7 @@ def run_dataset_pull(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 0
-        return _error(KeyError(f"{args.name!r} is not in the catalog: choose one of {', '.join(CATALOG)}"))
+        return _error(KeyError(not_in_catalog(args.name)))
     files = {}
     for item in args.file:
         split, sep, path = item.partition("=")

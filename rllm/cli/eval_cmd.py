@@ -132,6 +132,29 @@ def default_output(dataset: str, split: str, model: str) -> Path:
     return Path("evals") / f"{dataset}-{split}-{slug}.jsonl"
 
 
+def check_names(args: argparse.Namespace) -> None:
+    """The names an eval gives (dataset, split, reward) are refused before the dataset or the model loads,
+    each in one line with a did-you-mean (``DatasetNotFoundError``, ``UnknownRewardError``)."""
+    from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
+    from rllm.rewards.registry import UnknownRewardError, reward_names
+    from rllm.utils.config import did_you_mean, unknown_name
+
+    info = DatasetRegistry().info(args.dataset)
+    if args.split not in info.splits:
+        raise DatasetNotFoundError(
+            f"dataset {args.dataset!r} has no split {args.split!r}"
+            + did_you_mean(args.split, info.splits)
+            + f" (it has {', '.join(info.splits)})"
+        )
+    if args.reward is not None and args.reward not in reward_names():
+        raise UnknownRewardError(unknown_name("reward", args.reward, reward_names()))
+    if args.reward is None and info.reward is not None and info.reward not in reward_names():
+        raise UnknownRewardError(
+            f"dataset {args.dataset!r} is scored by reward {info.reward!r}, which is not registered: pass "
+            "--reward NAME or --evaluator"
+        )
+
+
 def run_eval_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -149,6 +172,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         return 2
     model = args.model or "smollm2-135m"
     try:
+        check_names(args)
         tasks, reward_name = eval_tasks(args.dataset, args.split, args.max_examples)
         reward_name = args.reward or reward_name
         # An environment's dataset is played against its environment, which scores itself.

@@ -44,6 +44,7 @@ from rllm.data.schema import (
     validate_tasks,
 )
 from rllm.models import cache_dir
+from rllm.utils.config import did_you_mean, unknown_name
 
 __all__ = [
     "BuiltinDataset",
@@ -111,8 +112,8 @@ def _check_reward(reward: str | None) -> None:
 
     if reward is not None and reward not in reward_names():
         raise ValueError(
-            f"unknown reward {reward!r}: choose one of {', '.join(reward_names())}, or register your own with "
-            "rllm.rewards.registry.register_reward before registering the dataset"
+            f"{unknown_name('reward', reward, reward_names())} (or register your own with "
+            "rllm.rewards.registry.register_reward before registering the dataset)"
         )
 
 
@@ -273,7 +274,7 @@ class DatasetRegistry:
             )
         manifest = self._manifest(name)
         if manifest is None:
-            raise DatasetNotFoundError(_not_found_message(name))
+            raise DatasetNotFoundError(_not_found_message(name, self._registered()))
         return DatasetInfo(
             name=name,
             kind="local",
@@ -287,14 +288,17 @@ class DatasetRegistry:
 
     def list(self) -> list[DatasetInfo]:
         """The built-in datasets, then the registered ones, each group sorted by name."""
-        infos = [self.info(name) for name in sorted(builtin_datasets())]
-        if self.root.is_dir():
-            infos += [
-                self.info(d.name)
-                for d in sorted(self.root.iterdir())
-                if not d.name.startswith(".") and (d / MANIFEST).is_file()
-            ]
-        return infos
+        return [self.info(name) for name in [*sorted(builtin_datasets()), *self._registered()]]
+
+    def _registered(self) -> list[str]:
+        """The names of the datasets registered under ``root``, sorted."""
+        if not self.root.is_dir():
+            return []
+        return [
+            d.name
+            for d in sorted(self.root.iterdir())
+            if not d.name.startswith(".") and (d / MANIFEST).is_file()
+        ]
 
     def load(
         self,
@@ -362,7 +366,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _not_found_message(name: str) -> str:
+def _not_found_message(name: str, registered: Iterable[str]) -> str:
     from rllm.data.catalog import CATALOG
 
     if name in CATALOG:
@@ -370,6 +374,9 @@ def _not_found_message(name: str) -> str:
             f"dataset {name!r} is in the catalog but not pulled yet: run `rllm dataset pull {name}` "
             f"(or register a local copy with `rllm dataset register {name} FILE`)"
         )
+    hint = did_you_mean(name, [*builtin_datasets(), *registered, *CATALOG])
+    if hint:
+        return f"unknown dataset {name!r}{hint}"
     return (
         f"unknown dataset {name!r}: built-in ones are {', '.join(sorted(builtin_datasets()))}; "
         "see `rllm dataset list`, or register your own with `rllm dataset register NAME FILE`"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm.rewards.types import RewardFn
+from rllm.utils.config import unknown_name
 
 GroundTruthCheck = Callable[[dict[str, Any]], "str | None"]
 """``check(task)``: why the reward cannot grade ``task`` (its ground truth is unusable), or None."""
@@ -34,6 +35,13 @@ _BUILTIN_CHECKS: dict[str, str] = {
 }
 _USER: dict[str, RewardFn] = {}
 _USER_CHECKS: dict[str, GroundTruthCheck] = {}
+
+
+class UnknownRewardError(KeyError):
+    """No reward of that name is registered; the message says which are (and the closest one)."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
 
 
 def reward_names() -> list[str]:
@@ -58,7 +66,7 @@ def get_reward(name: str) -> RewardFn:
     if name in _USER:
         return _USER[name]
     if name not in _BUILTIN:
-        raise KeyError(f"unknown reward {name!r}: choose one of {', '.join(reward_names())}")
+        raise UnknownRewardError(unknown_name("reward", name, reward_names()))
     module, attr = _BUILTIN[name].split(":")
     return getattr(importlib.import_module(module), attr)
 

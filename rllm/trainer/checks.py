@@ -1,4 +1,12 @@
-"""Start-up checks of a training config: every refusal names the key to change, before anything loads."""
+"""Start-up checks of a training config: every refusal names the key to change, before anything loads.
+
+Every name a config gives is checked before the model or any dataset loads, with a did-you-mean, at one
+of two moments: the names rllm's own code defines (advantage estimators, losses, workflows, tools, loggers,
+backends) when the config itself is validated (``TrainConfig``, so ``load_config`` and ``rllm train``
+refuse them as they parse); the names looked up in registries that live on disk or grow at run time
+(``data.task``, ``data.reward`` and the reward a registered dataset names) here, first thing in
+``AgentTrainer(config)``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ from rllm.algorithms.advantages import takes_std
 from rllm.envs.registry import is_env
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
+from rllm.utils.config import did_you_mean
 
 
 def check_config(cfg: TrainConfig, capabilities: Any) -> None:
@@ -230,10 +239,17 @@ def _check_dataset(cfg: TrainConfig) -> None:
         if split not in info.splits:
             raise UnsupportedConfigError(
                 f"data.{key}={split!r}: dataset {d.task!r} has splits {', '.join(info.splits)}"
+                + did_you_mean(split, info.splits)
             )
     if d.reward is not None and d.reward not in reward_names():
         raise UnsupportedConfigError(
-            f"data.reward={d.reward!r} is not a reward: choose one of {', '.join(reward_names())}"
+            f"data.reward={d.reward!r} is not a reward"
+            + (did_you_mean(d.reward, reward_names()) or f": choose one of {', '.join(reward_names())}")
+        )
+    if d.reward is None and info.reward is not None and info.reward not in reward_names():
+        raise UnsupportedConfigError(  # a user's reward, registered when the dataset was, not in this process
+            f"dataset {d.task!r} is scored by reward {info.reward!r}, which is not registered: register it "
+            "with rllm.rewards.registry.register_reward before training (or set data.reward)"
         )
     plays_env = is_env(cfg.workflow.name)  # the environment scores the episode: no reward to check
     if not plays_env and (d.reward or info.reward) is None:

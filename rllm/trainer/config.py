@@ -22,10 +22,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from rllm.algorithms.advantages import StdKind
+from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, StdKind
 from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit
 from rllm.envs.registry import EnvOptions, envs
+from rllm.utils.config import unknown_name
 
 
 class _Section(BaseModel):
@@ -298,6 +299,17 @@ class AlgorithmConfig(_Section):
         "'sampled' = also the skipped rows (plain GRPO semantics: the filter then only saves compute).",
     )
     filters: FilterSettings = Field(default_factory=FilterSettings)
+
+    @field_validator("advantage")
+    @classmethod
+    def _known_estimators(cls, advantage: str | dict[str, str]) -> str | dict[str, str]:
+        """Refused here, when the config loads, rather than at the first step's advantages."""
+        by_role = {"": advantage} if isinstance(advantage, str) else advantage
+        for role, name in by_role.items():
+            if name not in ADVANTAGE_ESTIMATORS:
+                where = f" for role {role!r}" if role else ""
+                raise ValueError(unknown_name("advantage estimator", name, ADVANTAGE_ESTIMATORS, where=where))
+        return advantage
 
 
 class WorkflowConfig(_Section):

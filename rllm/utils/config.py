@@ -4,11 +4,12 @@ A run's configuration is one pydantic model (``extra="forbid"`` at every level),
 documented by its ``Field(description=...)`` and checked before anything starts. This module is the edge
 where text becomes that model:
 
-    cfg = load_config(TrainConfig, "configs/gsm8k.yaml", ["trainer.lr=1e-5", "lora.rank=8"])
+    cfg = load_config(TrainConfig, "configs/gsm8k.yaml", ["optim.lr=1e-5", "lora.rank=8"])
 
 Precedence, lowest to highest: the model's defaults, the YAML file, the overrides (in order). Every problem
 is reported as one :class:`ConfigError` line that names the full dotted key and, for a misspelt key, the
-closest valid ones. :func:`dump_config` writes the snapshot a run directory keeps; loading it back gives
+closest valid ones (names a key takes, such as an estimator or a loss, get the same did-you-mean from
+:func:`unknown_name`). :func:`dump_config` writes the snapshot a run directory keeps; loading it back gives
 an equal model.
 """
 
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union
@@ -33,8 +35,11 @@ __all__ = [
     "config_keys",
     "config_to_yaml",
     "describe_config",
+    "did_you_mean",
     "dump_config",
+    "is_config_key",
     "load_config",
+    "unknown_name",
 ]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -75,6 +80,32 @@ class ConfigError(ValueError):
         super().__init__(message)
 
 
+# ---------------------------------------------------------------------------------------- unknown names
+
+
+def did_you_mean(name: object, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:
+    """`` — did you mean 'grpo'?`` for the ``choices`` closest to ``name``, or ``""`` when none is close.
+
+    The one did-you-mean of rllm's errors: unknown config keys, and every name a key takes (estimators,
+    losses, workflows, rewards, datasets ...), so they all read alike.
+    """
+    close = difflib.get_close_matches(str(name), sorted(set(choices)), n=n, cutoff=cutoff)
+    return _suggestion(close)
+
+
+def _suggestion(suggestions: Sequence[str]) -> str:
+    return f" — did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+
+
+def unknown_name(kind: str, name: object, choices: Iterable[str], *, where: str = "") -> str:
+    """The one-line refusal of a name no registry holds, e.g. ``unknown advantage estimator 'grop' — did
+    you mean 'grpo'?``; without a close match it lists the choices instead. ``where`` follows the name
+    (``" for role 'solver'"``)."""
+    choices = sorted(set(choices))
+    hint = did_you_mean(name, choices)
+    return f"unknown {kind} {name!r}{where}" + (hint or f": choose one of {', '.join(choices)}")
+
+
 # --------------------------------------------------------------------------------------------- loading
 
 
@@ -87,7 +118,7 @@ def load_config(
 
     Override values are parsed as YAML scalars/flow collections, so ``lr=1e-5`` is a float, ``rank=8``
     an int, ``resume=true`` a bool, ``stop=[a,b]`` a list and ``lora=null`` None. Nested keys are dotted
-    (``trainer.lr=1e-5``). OmegaConf interpolations (``${trainer.lr}``) are resolved before validation;
+    (``optim.lr=1e-5``). OmegaConf interpolations (``${optim.lr}``) are resolved before validation;
     they can refer only to keys set in the YAML file or the overrides, not to model defaults.
 
     Raises:
@@ -138,7 +169,7 @@ def _check_override(override: str) -> str:
     if not sep or not key or any(c.isspace() for c in key):
         raise ConfigError(
             f"config override {override!r} is not of the form key=value "
-            "(e.g. trainer.lr=1e-5, lora.rank=8, stop=[a,b], resume=true)"
+            "(e.g. optim.lr=1e-5, lora.rank=8, trainer.loggers=[console,jsonl], trainer.resume=true)"
         )
     return override.strip()
 
@@ -155,9 +186,10 @@ def _explain(error: ValidationError, model_cls: type[BaseModel], data: Any) -> l
     problems: dict[str, None] = {}  # ordered set of finished lines, or of keys with type problems
     expects: dict[str, list[str]] = {}  # key -> what each union branch wanted
     inputs: dict[str, Any] = {}
+    names: dict[str, list[str]] = {}  # key -> the names a Literal/enum branch accepts (for did-you-mean)
     for err in error.errors(include_url=False):
         path = _input_path(err["loc"], data)
-        key, kind = _dotted(path), err["type"]
+        key, kind, ctx = _dotted(path), err["type"], err.get("ctx", {})
         if kind == "extra_forbidden":
             problems[_unknown_key_message(model_cls, path, data)] = None
         elif (
@@ -167,21 +199,42 @@ def _explain(error: ValidationError, model_cls: type[BaseModel], data: Any) -> l
         elif kind == "missing":
             problems[f"config key '{key}' is required but was not given"] = None
         elif kind in _EXPECTS or kind in ("literal_error", "enum"):
-            wanted = _EXPECTS.get(kind) or f"one of {err.get('ctx', {}).get('expected', '?')}"
+            wanted = _EXPECTS.get(kind) or f"one of {ctx.get('expected', '?')}"
             slot = f"\0type:{key}"  # filled in below, once every union branch has been seen
             problems[slot] = None
             inputs.setdefault(slot, err.get("input"))
             if wanted not in expects.setdefault(slot, []):
                 expects[slot].append(wanted)
+            if kind in ("literal_error", "enum"):
+                names.setdefault(slot, []).extend(_quoted(ctx.get("expected")))
+        elif kind == "union_tag_invalid":
+            problems[_unknown_tag_message(path, ctx)] = None
+        elif kind == "value_error":  # a validator's own message, which names the value itself
+            problems[f"config key '{key}': {err['msg'].removeprefix('Value error, ')}"] = None
         else:
             msg = err["msg"][0].lower() + err["msg"][1:]
             problems[f"config key '{key}': {msg}, got {_short(err.get('input'))}"] = None
     return [
         f"config key '{p[6:]}' expects {' or '.join(expects[p])}, got {_short(inputs[p])}"
+        + (did_you_mean(inputs[p], names[p]) if isinstance(inputs[p], str) and p in names else "")
         if p in expects
         else p
         for p in problems
     ]
+
+
+def _quoted(text: object) -> list[str]:
+    """The names in pydantic's ``"'a', 'b' or 'c'"``."""
+    return re.findall(r"'([^']*)'", str(text or ""))
+
+
+def _unknown_tag_message(path: Sequence[int | str], ctx: Mapping[str, Any]) -> str:
+    """A section whose kind is chosen by a tag key (``workflow.name``) was given a tag no member has."""
+    tag_key = _dotted([*path, ctx.get("discriminator", "").strip("'")])
+    section = next((str(p) for p in reversed(path) if isinstance(p, str)), "name")  # e.g. 'workflow'
+    return (
+        f"config key '{tag_key}': {unknown_name(section, ctx.get('tag'), _quoted(ctx.get('expected_tags')))}"
+    )
 
 
 def _input_path(loc: tuple[int | str, ...], data: Any) -> list[int | str]:
@@ -225,7 +278,8 @@ def _unknown_key_message(model_cls: type[BaseModel], path: list[int | str], data
             f"{' or '.join(f'{section}.{tag}={v}' for v in values)}"
         )
     all_keys = config_keys(model_cls)
-    # The same name at another level is the strongest hint ('lr' for 'trainer.lr'), then close siblings.
+    # The same name at another level is the strongest hint ('lr' in the wrong section gets 'optim.lr'), then
+    # close siblings.
     suggestions = [k for k in all_keys if k.rsplit(".", 1)[-1] == leaf and k != key]
     if owner is not None:
         siblings = [_field_key(name, f) for name, f in owner.model_fields.items()]
@@ -238,7 +292,7 @@ def _unknown_key_message(model_cls: type[BaseModel], path: list[int | str], data
     suggestions = list(dict.fromkeys(suggestions))[:3]
     if not suggestions:
         return f"unknown config key '{key}' (see `rllm train --help-config` for valid keys)"
-    return f"unknown config key '{key}' — did you mean {' or '.join(repr(s) for s in suggestions)}?"
+    return f"unknown config key '{key}'{_suggestion(suggestions)}"
 
 
 # ------------------------------------------------------------------------------ walking model fields
@@ -378,6 +432,37 @@ class _Marker:
 
 _REQUIRED = _Marker("required")
 _COMPUTED = _Marker("computed")
+
+
+def _members(tp: Any) -> list[Any]:
+    """The types a value of ``tp`` may have: ``Annotated`` stripped, unions (and ``Optional``) expanded."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return [m for a in typing.get_args(tp) for m in _members(a)]
+    return [tp]
+
+
+def _accepts(tp: Any, parts: Sequence[str], section: bool) -> bool:
+    if not parts:
+        return not section or any(_is_model(m) for m in _members(tp))
+    for member in _members(tp):
+        if typing.get_origin(member) in (dict, Mapping):
+            return True  # a mapping's keys are the user's own (e.g. algorithm.advantage.<role>)
+        if _is_model(member):
+            fields = {_field_key(n, f): f for n, f in member.model_fields.items()}
+            if parts[0] in fields and _accepts(fields[parts[0]].annotation, parts[1:], section):
+                return True
+    return False
+
+
+def is_config_key(model_cls: type[BaseModel], key: str) -> bool:
+    """Whether ``model_cls`` accepts the dotted ``key`` (``algorithm.loss.name``), or ``section.*`` names
+    one of its sections. Every member of a union of sections counts (a key of any of them is accepted),
+    and a mapping-valued key accepts any sub-key (``algorithm.advantage.solver``)."""
+    parts = key.split(".")
+    section = parts[-1] == "*"
+    return _accepts(model_cls, parts[:-1] if section else parts, section)
 
 
 def config_keys(model_cls: type[BaseModel]) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any
 from rllm.data.catalog import code_sets, math_sets, qa_sets
 from rllm.data.registry import DatasetInfo, DatasetRegistry
 from rllm.data.schema import read_records, validate_task
+from rllm.utils.config import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +214,14 @@ def catalog_entry(name: str) -> CatalogEntry:
     try:
         return CATALOG[name]
     except KeyError:
-        raise KeyError(f"{name!r} is not in the catalog: choose one of {', '.join(CATALOG)}") from None
+        raise KeyError(not_in_catalog(name)) from None
+
+
+def not_in_catalog(name: str) -> str:
+    """Why ``name`` cannot be pulled: the closest catalog entry, or all of them."""
+    return f"{name!r} is not in the catalog" + (
+        did_you_mean(name, CATALOG) or f": choose one of {', '.join(CATALOG)}"
+    )
 
 
 def _hub_rows(entry: CatalogEntry, split: str, hub_split: str) -> Iterable[Mapping[str, Any]]:
