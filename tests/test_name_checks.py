@@ -61,7 +61,7 @@ def _one_line(capsys: pytest.CaptureFixture[str], prefix: str) -> str:
         ("algorithm.std=sampel", "sample"),
         ("algorithm.credit=per_stepp", "per_step"),
         ("workflow.name=tool_agnet", "tool_agent"),
-        ("workflow.tools=[calculator, pyton]", "python"),
+        (("workflow.name=tool_agent", "workflow.tools=[calculator, pyton]"), "python"),
         ("trainer.loggers=[console, jsnl]", "jsonl"),
         ("backend.name=distribute", "distributed"),
         ("inference.engine=vlm", "vllm"),
@@ -71,13 +71,14 @@ def _one_line(capsys: pytest.CaptureFixture[str], prefix: str) -> str:
     ],
 )
 def test_rllm_train_refuses_an_unknown_name_before_anything_loads(
-    capsys: pytest.CaptureFixture[str], nothing_loads: Path, override: str, suggestion: str
+    capsys: pytest.CaptureFixture[str], nothing_loads: Path, override: str | tuple[str, ...], suggestion: str
 ) -> None:
-    code = main(["train", override, f"model.path={MISSING_MODEL}", f"trainer.run_dir={nothing_loads}"])
+    overrides = override if isinstance(override, tuple) else (override,)  # the misspelt one comes last
+    code = main(["train", *overrides, f"model.path={MISSING_MODEL}", f"trainer.run_dir={nothing_loads}"])
     assert code == 2
     line = _one_line(capsys, "rllm: error: ")
     assert line.endswith(f"did you mean {suggestion!r}?"), line
-    assert override.split("=")[0].split(".")[0] in line  # the line names the key to change
+    assert overrides[-1].split("=")[0].split(".")[0] in line  # the line names the key to change
     assert not any(nothing_loads.iterdir())
 
 

@@ -19,12 +19,13 @@ use no std.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable
 from typing import Literal, get_args
 
 import numpy as np
+
+from rllm.utils.config import did_you_mean
 
 AdvantageEstimator = Callable[..., list[np.ndarray]]
 
@@ -40,9 +41,9 @@ def _as_float_arrays(rewards_by_group: list[np.ndarray]) -> list[np.ndarray]:
 def _ddof(std: StdKind) -> int:
     """The delta degrees of freedom of ``std`` (the divisor is ``n - ddof``); a clear error for anything else."""
     if std not in STD_KINDS:
-        close = difflib.get_close_matches(str(std), STD_KINDS, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"std must be one of {', '.join(STD_KINDS)}, not {std!r}.{hint}")
+        raise ValueError(
+            f"std must be one of {', '.join(STD_KINDS)}, not {std!r}{did_you_mean(std, STD_KINDS)}"
+        )
     return 1 if std == "sample" else 0
 
 
@@ -165,9 +166,7 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
     try:
         return ADVANTAGE_ESTIMATORS[name]
     except KeyError:
-        choices = sorted(ADVANTAGE_ESTIMATORS)
-        close = difflib.get_close_matches(str(name), choices, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        choices = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
         raise ValueError(
-            f"Unknown advantage estimator {name!r}.{hint} Choose one of: {', '.join(choices)}."
+            f"unknown advantage estimator {name!r}{did_you_mean(name, ADVANTAGE_ESTIMATORS)} (choose one of {choices})"
         ) from None

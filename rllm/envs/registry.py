@@ -25,7 +25,6 @@ group, loaded the first time a name is looked up.
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rllm.agents.base import Agent
 from rllm.envs.base import Env
+from rllm.utils.config import unknown_name
 
 __all__ = [
     "EnvOptions",
@@ -188,6 +188,4 @@ def get_env(name: str) -> EnvSpec:
     table = envs()
     if name in table:
         return table[name]
-    close = difflib.get_close_matches(name, list(table), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise UnknownEnvError(f"unknown environment {name!r}: {hint}known ones are {', '.join(sorted(table))}")
+    raise UnknownEnvError(unknown_name("environment", name, table))

@@ -7,7 +7,6 @@ combinations a backend cannot honour are refused at start-up (see ``AgentTrainer
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Literal
 
 from pydantic import (
@@ -26,7 +25,7 @@ from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, StdKind
 from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit
 from rllm.envs.registry import EnvOptions, envs
-from rllm.utils.config import unknown_name
+from rllm.utils.config import did_you_mean, unknown_name
 
 
 class _Section(BaseModel):
@@ -384,12 +383,11 @@ def workflow_config(name: str = "single_turn", **options: Any) -> WorkflowConfig
 
 def _unknown_workflow(name: Any) -> ValidationError:
     known = workflow_variants()
-    close = difflib.get_close_matches(str(name), list(known), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     environments = [n for n in known if n not in _BUILTIN_WORKFLOWS]
-    message = (
-        f"unknown workflow {name!r}: {hint}choose one of {', '.join(_BUILTIN_WORKFLOWS)}, or an "
-        f"environment ({', '.join(environments) or 'none registered'})"
+    message = f"unknown workflow {name!r}" + (
+        did_you_mean(name, known, n=3)
+        or f": choose one of {', '.join(_BUILTIN_WORKFLOWS)}, or an environment "
+        f"({', '.join(environments) or 'none registered'})"
     )
     error = PydanticCustomError("unknown_name", "{message}", {"message": message})
     return ValidationError.from_exception_data(

@@ -443,10 +443,13 @@ def _members(tp: Any) -> list[Any]:
     return [tp]
 
 
-def _accepts(tp: Any, parts: Sequence[str], section: bool) -> bool:
+def _accepts(tp: Any, parts: Sequence[str], section: bool, *, variants: bool = True) -> bool:
     if not parts:
         return not section or any(_is_model(m) for m in _members(tp))
     for member in _members(tp):
+        table = _variants(member) if variants else None
+        if table is not None and any(_accepts(v, parts, section, variants=False) for v in table[1].values()):
+            return True  # a key of the variant some value of the section's name picks
         if typing.get_origin(member) in (dict, Mapping):
             return True  # a mapping's keys are the user's own (e.g. algorithm.advantage.<role>)
         if _is_model(member):

@@ -91,5 +91,5 @@ def test_shapes_are_preserved_and_empty_input_is_fine():
 
 def test_get_advantage_estimator_suggests_a_fix():
     assert get_advantage_estimator("rloo") is rloo
-    with pytest.raises(ValueError, match=r"Did you mean 'grpo'.*dr_grpo, grpo"):
+    with pytest.raises(ValueError, match=r"did you mean 'grpo'.*dr_grpo, grpo"):
         get_advantage_estimator("grpoo")

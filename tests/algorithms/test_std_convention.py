@@ -131,10 +131,10 @@ def test_reinforce_pp_whitens_with_the_sample_std_of_the_batch():
 
 def test_a_misspelt_std_names_the_choices():
     with pytest.raises(
-        ValueError, match=r"std must be one of sample, population, not 'sampel'\. Did you mean 'sample'"
+        ValueError, match=r"std must be one of sample, population, not 'sampel' — did you mean 'sample'"
     ):
         grpo([np.array([1.0, 0.0])], std="sampel")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="Did you mean 'population'"):
+    with pytest.raises(ValueError, match="did you mean 'population'"):
         reinforce_pp([np.array([1.0, 0.0])], std="populaton")  # type: ignore[arg-type]
 
 

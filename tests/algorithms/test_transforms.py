@@ -149,7 +149,7 @@ def test_estimator_errors():
     with pytest.raises(ValueError, match="norm_std"):
         compute_advantages(groups, "rloo", norm_std=False)
     assert groups[0].members[0][1].steps[0].advantage is None  # a rejected call changes nothing
-    with pytest.raises(ValueError, match="Did you mean"):
+    with pytest.raises(ValueError, match="did you mean"):
         compute_advantages(groups, "rlooo")
 
 

@@ -153,7 +153,9 @@ def test_rllm_eval_plays_a_registered_environment(
 
 
 def test_a_misspelt_environment_name_is_refused_with_did_you_mean(hidden_number: None) -> None:
-    with pytest.raises(ConfigError, match=r"unknown workflow 'hiden_number': did you mean 'hidden_number'\?"):
+    with pytest.raises(
+        ConfigError, match=r"unknown workflow 'hiden_number' — did you mean 'hidden_number'\?"
+    ):
         load_config(TrainConfig, None, ["workflow.name=hiden_number", "data.task=hidden_number"])
 
 

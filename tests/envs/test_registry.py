@@ -36,7 +36,7 @@ def test_frozenlake_registers_itself_with_its_options_and_eval_behaviour() -> No
 
 def test_unknown_names_and_bad_registrations_are_refused_in_one_line() -> None:
     with pytest.raises(
-        UnknownEnvError, match=r"unknown environment 'frozenlak': did you mean 'frozenlake'\?"
+        UnknownEnvError, match=r"unknown environment 'frozenlak' — did you mean 'frozenlake'\?"
     ):
         get_env("frozenlak")
     with pytest.raises(ValueError, match="'frozenlake' is already registered: pass replace=True"):
