@@ -22,12 +22,11 @@ _EXPORTS: dict[str, str] = {
     "Step": "rllm.types",
     "TrainBatch": "rllm.types",
     "SamplingParams": "rllm.inference.base",
-    "Outcome": "rllm.engine.context",
+    "Outcome": "rllm.types",
     "load_config": "rllm.utils.config",
     "rollout": "rllm.sdk.decorators",
     "evaluator": "rllm.sdk.decorators",
     "AgentConfig": "rllm.sdk.decorators",
-    "EvalResult": "rllm.sdk.decorators",
     "Env": "rllm.envs.base",
     "EnvStep": "rllm.envs.base",
     "Agent": "rllm.agents.base",
@@ -47,7 +46,6 @@ __all__ = [
     "Env",
     "EnvStep",
     "Episode",
-    "EvalResult",
     "InvalidAction",
     "MultiTurnWorkflow",
     "Outcome",
@@ -70,14 +68,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from rllm.agents.base import Agent, InvalidAction
-    from rllm.engine.context import Outcome
     from rllm.envs.base import Env, EnvStep
     from rllm.inference.base import SamplingParams
-    from rllm.sdk.decorators import AgentConfig, EvalResult, evaluator, rollout
+    from rllm.sdk.decorators import AgentConfig, evaluator, rollout
     from rllm.tools.tool import Tool, ToolRegistry, tool
     from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
     from rllm.trainer.config import TrainConfig
-    from rllm.types import Episode, Step, TrainBatch, Trajectory
+    from rllm.types import Episode, Outcome, Step, TrainBatch, Trajectory
     from rllm.utils.config import load_config
     from rllm.workflows.multi_turn import MultiTurnWorkflow
     from rllm.workflows.solver_judge import SolverJudgeWorkflow

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
 from rllm.engine.workflow_engine import WorkflowEngine, task_id_of
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.local import LocalEngine
-from rllm.types import TerminationReason
+from rllm.types import Outcome, TerminationReason
 from rllm.workflows.single_turn import SingleTurnWorkflow
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=4, seed=0)
@@ -152,7 +152,7 @@ def test_truncated_response_gives_max_response_length_and_roles_get_their_reward
     async def two_roles(task: dict, ctx: RolloutContext) -> Outcome:
         await ctx.chat([{"role": "user", "content": "solve"}], trajectory="solver", max_tokens=2)
         await ctx.chat([{"role": "user", "content": "judge"}], trajectory="judge", max_tokens=1)
-        return Outcome(reward=1.0, trajectory_rewards={"judge": 0.25})
+        return Outcome(reward=1.0, role_rewards={"judge": 0.25})
 
     (episode,) = _run(engine, two_roles, [{"question": "q"}])
     assert episode.termination_reason is TerminationReason.MAX_RESPONSE_LENGTH and episode.truncated
