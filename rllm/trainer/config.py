@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.algorithms.advantages import StdKind
 from rllm.algorithms.losses import LossConfig
-from rllm.algorithms.transforms import Credit
+from rllm.algorithms.transforms import Credit, FilterConfig
 
 
 class _Section(BaseModel):
@@ -221,14 +221,6 @@ class RolloutConfig(_Section):
     )
 
 
-class FilterSettings(_Section):
-    drop_zero_variance: bool = Field(True, description="Skip groups whose rewards are all equal (no signal).")
-    drop_truncated: bool = Field(False, description="Skip episodes whose response hit max_tokens.")
-    drop_failed: bool = Field(
-        True, description="Skip episodes that errored or timed out (they are still logged)."
-    )
-
-
 class ShapingConfig(_Section):
     format_regex: str | None = Field(
         None,
@@ -285,7 +277,7 @@ class AlgorithmConfig(_Section):
         "trained on (DAPO dynamic-sampling semantics: informative groups keep their weight as the policy improves), "
         "'sampled' = also the skipped rows (plain GRPO semantics: the filter then only saves compute).",
     )
-    filters: FilterSettings = Field(default_factory=FilterSettings)
+    filters: FilterConfig = Field(default_factory=FilterConfig)
 
 
 class WorkflowConfig(_Section):
