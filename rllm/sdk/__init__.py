@@ -11,14 +11,16 @@ rllm trains the model behind it.
 The agent never imports the trainer: it sees a base URL and a model name.
 """
 
+from typing import TYPE_CHECKING
+
+from rllm._lazy import lazy_exports
 from rllm.sdk.decorators import AgentConfig, Evaluator, Rollout, evaluator, rollout
+
+if TYPE_CHECKING:
+    from rllm.sdk.workflow import GatewayWorkflow
 
 __all__ = ["AgentConfig", "Evaluator", "GatewayWorkflow", "Rollout", "evaluator", "rollout"]
 
 
-def __getattr__(name: str):  # GatewayWorkflow pulls in httpx and the engine: import on first use
-    if name == "GatewayWorkflow":
-        from rllm.sdk.workflow import GatewayWorkflow
-
-        return GatewayWorkflow
-    raise AttributeError(f"module 'rllm.sdk' has no attribute {name!r}")
+# GatewayWorkflow pulls in the engine and the gateway's trace store: imported on first use
+__getattr__, __dir__ = lazy_exports(__name__, {"GatewayWorkflow": "rllm.sdk.workflow"})

@@ -28,6 +28,8 @@ from rllm.data.schema import read_records, validate_task
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["CATALOG", "CatalogEntry", "DatasetPullError", "catalog_entry", "pull"]
+
 HubTransform = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 
 
