@@ -124,7 +124,8 @@ def test_workflows_own_timeout_error_is_an_error(engine) -> None:
         (0.25, 0.25, None),
         (3, 3.0, None),
         (None, 0.0, None),
-        (Outcome(reward=0.5, is_correct=True, metrics={"turns": 1.0}), 0.5, True),
+        ({"reward": 0.75, "is_correct": False}, 0.75, False),
+        (Outcome(reward=0.5, is_correct=True, metrics={"turns": 1.0}, signals={"format": 1}), 0.5, True),
     ],
 )
 def test_workflow_return_values(engine, result: Any, reward: float, is_correct: bool | None) -> None:
@@ -135,8 +136,8 @@ def test_workflow_return_values(engine, result: Any, reward: float, is_correct: 
     assert episode.termination_reason is TerminationReason.ENV_DONE
     assert episode.reward == reward and episode.is_correct is is_correct
     assert "episode_time_s" in episode.metrics
-    if isinstance(result, Outcome):
-        assert episode.metrics["turns"] == 1.0
+    if isinstance(result, Outcome):  # signals are logged as signal/<name>, metrics under their own names
+        assert episode.metrics["turns"] == 1.0 and episode.metrics["signal/format"] == 1.0
 
 
 def test_workflow_returning_something_else_is_an_error(engine) -> None:
