@@ -163,7 +163,8 @@ class Evaluator:
 def rollout(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
     """Decorate ``fn(task, config)`` (sync or async) as an agent flow: ``@rllm.rollout`` or
     ``@rllm.rollout(name="solver")``. The flow may return nothing (an evaluator scores it), a reward
-    (float / bool / :class:`~rllm.types.Outcome`), or any value the evaluator reads from ``episode.info["output"]``."""
+    (float / bool / :class:`~rllm.types.Outcome`), or any value the evaluator reads from
+    ``episode.info["output"]``."""
     if fn is None:
         return lambda f: Rollout(f, name)
     return Rollout(fn, name)

@@ -79,11 +79,10 @@ async def score(reward_fn: RewardFn, task: dict[str, Any], response: str) -> Out
             if inspect.isawaitable(result):
                 result = await result
     except Exception as exc:
-        raise RewardError(
-            f"reward {_name(reward_fn)} raised on task {task.get('task_id', '?')!r}: {type(exc).__name__}: {exc}"
-        ) from exc
+        where = f"reward {_name(reward_fn)} raised on task {task.get('task_id', '?')!r}"
+        raise RewardError(f"{where}: {type(exc).__name__}: {exc}") from exc
     outcome = as_outcome(result, source=f"reward {_name(reward_fn)}")
-    if outcome is not result and not isinstance(result, dict):  # a bare float or bool: nothing to say why
+    if not isinstance(result, (Outcome, dict)):  # a bare float or bool says nothing about why
         return outcome
     # What the reward says goes under info["reward"], beside the workflow's own keys; metrics are copied
     # because workflows add their own to them.

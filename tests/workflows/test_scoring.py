@@ -50,3 +50,11 @@ def test_async_rewards_are_awaited_on_the_loop() -> None:
 def test_every_return_type_becomes_an_outcome(value, expected) -> None:
     outcome = asyncio.run(score(lambda task, response: value, TASK, "x"))
     assert (outcome.reward, outcome.is_correct) == expected
+
+
+def test_a_rewards_verdict_is_copied_so_the_workflow_can_add_to_it() -> None:
+    shared = Outcome(reward=1.0, is_correct=True, metrics={"reward/x": 1.0}, info={"answer": "4"})
+    outcome = asyncio.run(score(lambda task, response: shared, TASK, "4"))
+    outcome.metrics["agent/turns"] = 2.0  # what tool_agent does with the verdict
+    assert outcome.info == {"reward": {"answer": "4"}} and outcome.metrics["reward/x"] == 1.0
+    assert shared.metrics == {"reward/x": 1.0} and shared.info == {"answer": "4"}
