@@ -4,7 +4,7 @@
 
     extract_answer("<think>...</think> so the area is $\\boxed{\\frac12}$.")  # '\\frac12'
     grade_answer("\\frac12", "0.5")                                          # True
-    math_reward({"task_id": "t1", "ground_truth": "1/2"}, response)           # Outcome(1.0, correct, ...)
+    math_reward({"task_id": "t1", "ground_truth": "1/2"}, response)           # Outcome: reward 1.0, correct
 
 Equivalence is decided by math_verify (LaTeX and plain text to sympy, then string, numeric and symbolic
 comparison) after a small normalisation of forms it does not read (``90°``, ``1.5e3``, ``1\\,000``,
