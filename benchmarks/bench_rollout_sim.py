@@ -36,9 +36,10 @@ from typing import Any
 
 from _common import header_line, markdown_table
 
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
 from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.inference.base import Completion, SamplingParams
+from rllm.types import Outcome
 
 TARGET_EFFICIENCY = 0.80
 

@@ -7,8 +7,9 @@ does not load torch until something that needs it is touched.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rllm._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -22,12 +23,13 @@ _EXPORTS: dict[str, str] = {
     "Step": "rllm.types",
     "TrainBatch": "rllm.types",
     "SamplingParams": "rllm.inference.base",
-    "Outcome": "rllm.engine.context",
+    "Outcome": "rllm.types",
+    "TerminationReason": "rllm.types",
+    "RolloutContext": "rllm.engine.context",
     "load_config": "rllm.utils.config",
     "rollout": "rllm.sdk.decorators",
     "evaluator": "rllm.sdk.decorators",
     "AgentConfig": "rllm.sdk.decorators",
-    "EvalResult": "rllm.sdk.decorators",
     "Env": "rllm.envs.base",
     "EnvStep": "rllm.envs.base",
     "Agent": "rllm.agents.base",
@@ -35,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "Tool": "rllm.tools.tool",
     "tool": "rllm.tools.tool",
     "ToolRegistry": "rllm.tools.tool",
+    "SingleTurnWorkflow": "rllm.workflows.single_turn",
     "MultiTurnWorkflow": "rllm.workflows.multi_turn",
     "ToolAgentWorkflow": "rllm.workflows.tool_agent",
     "SolverJudgeWorkflow": "rllm.workflows.solver_judge",
@@ -47,13 +50,15 @@ __all__ = [
     "Env",
     "EnvStep",
     "Episode",
-    "EvalResult",
     "InvalidAction",
     "MultiTurnWorkflow",
     "Outcome",
+    "RolloutContext",
     "SamplingParams",
+    "SingleTurnWorkflow",
     "SolverJudgeWorkflow",
     "Step",
+    "TerminationReason",
     "Tool",
     "ToolAgentWorkflow",
     "ToolRegistry",
@@ -70,28 +75,19 @@ __all__ = [
 
 if TYPE_CHECKING:
     from rllm.agents.base import Agent, InvalidAction
-    from rllm.engine.context import Outcome
+    from rllm.engine.context import RolloutContext
     from rllm.envs.base import Env, EnvStep
     from rllm.inference.base import SamplingParams
-    from rllm.sdk.decorators import AgentConfig, EvalResult, evaluator, rollout
+    from rllm.sdk.decorators import AgentConfig, evaluator, rollout
     from rllm.tools.tool import Tool, ToolRegistry, tool
     from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
     from rllm.trainer.config import TrainConfig
-    from rllm.types import Episode, Step, TrainBatch, Trajectory
+    from rllm.types import Episode, Outcome, Step, TerminationReason, TrainBatch, Trajectory
     from rllm.utils.config import load_config
     from rllm.workflows.multi_turn import MultiTurnWorkflow
+    from rllm.workflows.single_turn import SingleTurnWorkflow
     from rllm.workflows.solver_judge import SolverJudgeWorkflow
     from rllm.workflows.tool_agent import ToolAgentWorkflow
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rllm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,7 +5,8 @@ An **Episode** is one attempt at one task. It holds one or more **Trajectories**
 of **Steps** that role took; a step is one LLM call with the exact token ids the inference engine saw and
 produced and the logprob it reported for each produced token. The workflow engine creates episodes; the
 transform pipeline turns them into a **TrainBatch**; the training backend consumes that batch and
-discards it after the optimizer step.
+discards it after the optimizer step. An **Outcome** is the verdict on one episode (or one response):
+rewards, evaluators and workflows return one, and the workflow engine copies it onto the Episode.
 
 Token in, token out: training uses ``prompt_ids`` / ``response_ids`` as sampled, never re-tokenized text.
 """
@@ -27,6 +28,50 @@ class TerminationReason(str, Enum):
     MAX_RESPONSE_LENGTH = "max_response_length"  # a response was cut at max_tokens
     TIMEOUT = "timeout"  # the episode exceeded its wall-clock budget
     ERROR = "error"  # the flow raised; see Episode.error
+
+
+class Outcome(BaseModel):
+    """The verdict on one episode: the reward training optimises, whether the answer was right, and why.
+
+    Whoever judges makes one: a reward function scoring a response (``reward_fn(task, response)``), an
+    evaluator scoring an episode (``@rllm.evaluator``), a workflow at the end of its episode (``return
+    Outcome(...)``; a float or a bool will do). The workflow engine copies it onto the Episode and its
+    trajectories, then drops it.
+
+    ``reward`` is every trajectory's reward, except those ``role_rewards`` names: a role its own reward,
+    keyed by trajectory key (``"solver#2"``, one of several trajectories of a role) or role name
+    (``{"solver": 1.0, "judge": 0.0}``). ``is_correct`` is what accuracy counts (``None``: not graded).
+    ``signals`` are named parts of the reward (``format``, ``tool_use``), logged as ``signal/<name>``
+    metrics; ``metrics`` are other numbers about the episode, averaged into the training step's metrics
+    under their own names. ``info`` says why (the extracted answer, per-test results, the judge's
+    verdict), JSON-serialisable, merged into ``Episode.info`` (a reward function's under
+    ``info["reward"]``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float = 0.0
+    is_correct: bool | None = None
+    role_rewards: dict[str, float] = Field(default_factory=dict)
+    signals: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+    termination_reason: TerminationReason = TerminationReason.ENV_DONE
+
+
+def as_outcome(value: Any, *, source: str = "a reward") -> Outcome:
+    """Read what ``source`` (``"a workflow"``, ``"an evaluator"``) returned as an :class:`Outcome`: an
+    Outcome as it is, a bool as a reward of 1.0 or 0.0 that also says whether the answer is correct, a
+    number as the reward, a dict with ``"reward"`` as an Outcome's fields."""
+    if isinstance(value, Outcome):
+        return value
+    if isinstance(value, bool):
+        return Outcome(reward=float(value), is_correct=value)
+    if hasattr(type(value), "__float__"):  # int, float, and numpy's or torch's scalars
+        return Outcome(reward=float(value))
+    if isinstance(value, dict) and "reward" in value:
+        return Outcome.model_validate(value)
+    raise TypeError(f"{source} must return an Outcome, a float or a bool, not {type(value).__name__}")
 
 
 class Step(BaseModel):

@@ -107,8 +107,8 @@ def test_existing_checkpoints_need_resume(tiny_model_dir: Path, tmp_path: Path) 
 
 def test_loss_norm_sampled_counts_skipped_zero_variance_rows(tiny_model_dir) -> None:
     """algorithm.loss_norm=sampled hands the backend normalisers that include the skipped rows; kept does not."""
-    from rllm.engine.context import Outcome
     from rllm.trainer.agent_trainer import AgentTrainer
+    from rllm.types import Outcome
 
     async def flow(
         task, ctx

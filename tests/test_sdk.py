@@ -18,7 +18,7 @@ from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine
-from rllm.sdk import AgentConfig, EvalResult, GatewayWorkflow
+from rllm.sdk import AgentConfig, GatewayWorkflow
 from rllm.trainer.agent_trainer import AgentTrainer
 
 
@@ -54,9 +54,9 @@ def plain_agent(task: dict, config: AgentConfig) -> str:
 
 
 @rllm.evaluator
-def length_reward(task: dict, episode: rllm.Episode) -> EvalResult:
+def length_reward(task: dict, episode: rllm.Episode) -> rllm.Outcome:
     text = episode.info["output"]
-    return EvalResult(
+    return rllm.Outcome(
         reward=float(len(text) % 2), is_correct=len(text) % 2 == 1, signals={"chars": len(text)}
     )
 
@@ -124,7 +124,7 @@ def test_multi_turn_calls_merge_into_one_masked_sequence(gateway: tuple) -> None
 
 
 @rllm.rollout
-def solver_judge(task: dict, config: AgentConfig) -> EvalResult:
+def solver_judge(task: dict, config: AgentConfig) -> rllm.Outcome:
     solver = config.client("solver")
     answer = solver.completions.create(model=config.model, prompt=task["q"], max_tokens=3).choices[0].text
     judge = config.client("judge")
@@ -133,7 +133,7 @@ def solver_judge(task: dict, config: AgentConfig) -> EvalResult:
         .choices[0]
         .text
     )
-    return EvalResult(reward=1.0, role_rewards={"solver": 1.0, "judge": 0.0}, info={"verdict": verdict})
+    return rllm.Outcome(reward=1.0, role_rewards={"solver": 1.0, "judge": 0.0}, info={"verdict": verdict})
 
 
 def test_roles_get_their_own_trajectories_and_rewards(gateway: tuple) -> None:
@@ -234,8 +234,8 @@ def test_flow_may_return_its_own_trajectories(gateway: tuple) -> None:
         ]
 
     @rllm.evaluator
-    def score(task: dict, episode: rllm.Episode) -> EvalResult:
-        return EvalResult(reward=1.0, role_rewards={"critic": -1.0})
+    def score(task: dict, episode: rllm.Episode) -> rllm.Outcome:
+        return rllm.Outcome(reward=1.0, role_rewards={"critic": -1.0})
 
     (ep,) = _run(
         GatewayWorkflow(labelled, score, gateway_url=url, model="tiny"), engine, [{"task_id": "own"}]

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from rllm.types import Episode, Step, TerminationReason, TrainBatch, TrainSequence, Trajectory
+from rllm.types import (
+    Episode,
+    Outcome,
+    Step,
+    TerminationReason,
+    TrainBatch,
+    TrainSequence,
+    Trajectory,
+    as_outcome,
+)
 
 
 def _step(**overrides) -> Step:
@@ -153,3 +163,37 @@ def test_train_batch_counts() -> None:
     assert TrainBatch.model_validate_json(batch.model_dump_json()) == batch
     with pytest.raises(ValidationError):
         TrainBatch(sequences=[], extra_field=1)
+
+
+# --- Outcome -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "reward", "is_correct"),
+    [
+        (True, 1.0, True),
+        (False, 0.0, False),
+        (2, 2.0, None),
+        (np.float32(0.5), 0.5, None),  # a numpy scalar, as graders built on numpy return
+        ({"reward": 0.25, "signals": {"format": 1.0}}, 0.25, None),
+    ],
+)
+def test_what_a_reward_evaluator_or_workflow_returns_reads_as_an_outcome(value, reward, is_correct) -> None:
+    outcome = as_outcome(value)
+    assert (outcome.reward, outcome.is_correct) == (reward, is_correct)
+    assert outcome.termination_reason is TerminationReason.ENV_DONE
+    same = Outcome(reward=1.0, role_rewards={"judge": 0.0})
+    assert as_outcome(same) is same
+
+
+def test_anything_else_is_refused_naming_who_returned_it() -> None:
+    with pytest.raises(TypeError, match=r"^an evaluator must return an Outcome, a float or a bool, not str$"):
+        as_outcome("1.0", source="an evaluator")
+    with pytest.raises(
+        TypeError, match="not dict"
+    ):  # a dict without a reward is the flow's output, not a verdict
+        as_outcome({"answer": 4})
+    with pytest.raises(
+        ValidationError, match="trajectory_rewards"
+    ):  # a misspelt field is an error, not ignored
+        Outcome(reward=1.0, trajectory_rewards={"judge": 0.0})

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
 from rllm.engine.workflow_engine import WorkflowEngine, task_id_of
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.local import LocalEngine
-from rllm.types import TerminationReason
+from rllm.types import Outcome, TerminationReason
 from rllm.workflows.single_turn import SingleTurnWorkflow
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=4, seed=0)
@@ -124,7 +124,8 @@ def test_workflows_own_timeout_error_is_an_error(engine) -> None:
         (0.25, 0.25, None),
         (3, 3.0, None),
         (None, 0.0, None),
-        (Outcome(reward=0.5, is_correct=True, metrics={"turns": 1.0}), 0.5, True),
+        ({"reward": 0.75, "is_correct": False}, 0.75, False),
+        (Outcome(reward=0.5, is_correct=True, metrics={"turns": 1.0}, signals={"format": 1}), 0.5, True),
     ],
 )
 def test_workflow_return_values(engine, result: Any, reward: float, is_correct: bool | None) -> None:
@@ -135,8 +136,8 @@ def test_workflow_return_values(engine, result: Any, reward: float, is_correct: 
     assert episode.termination_reason is TerminationReason.ENV_DONE
     assert episode.reward == reward and episode.is_correct is is_correct
     assert "episode_time_s" in episode.metrics
-    if isinstance(result, Outcome):
-        assert episode.metrics["turns"] == 1.0
+    if isinstance(result, Outcome):  # signals are logged as signal/<name>, metrics under their own names
+        assert episode.metrics["turns"] == 1.0 and episode.metrics["signal/format"] == 1.0
 
 
 def test_workflow_returning_something_else_is_an_error(engine) -> None:
@@ -152,7 +153,7 @@ def test_truncated_response_gives_max_response_length_and_roles_get_their_reward
     async def two_roles(task: dict, ctx: RolloutContext) -> Outcome:
         await ctx.chat([{"role": "user", "content": "solve"}], trajectory="solver", max_tokens=2)
         await ctx.chat([{"role": "user", "content": "judge"}], trajectory="judge", max_tokens=1)
-        return Outcome(reward=1.0, trajectory_rewards={"judge": 0.25})
+        return Outcome(reward=1.0, role_rewards={"judge": 0.25})
 
     (episode,) = _run(engine, two_roles, [{"question": "q"}])
     assert episode.termination_reason is TerminationReason.MAX_RESPONSE_LENGTH and episode.truncated

@@ -103,7 +103,7 @@ def calculator_ran(result: str) -> bool:
 
 
 @rllm.evaluator
-def grade(task: dict, episode: rllm.Episode) -> rllm.EvalResult:
+def grade(task: dict, episode: rllm.Episode) -> rllm.Outcome:
     correct = single_number_match(episode.info["output"] or "", task["ground_truth"])
     # The episode's last model call saw every tool result of the episode.
     results = max(
@@ -112,7 +112,7 @@ def grade(task: dict, episode: rllm.Episode) -> rllm.EvalResult:
         default=[],
     )
     ran = sum(calculator_ran(r) for r in results)
-    return rllm.EvalResult(
+    return rllm.Outcome(
         reward=float(correct),
         is_correct=correct,
         signals={"tool_calls": len(results), "tool_errors": len(results) - ran, "used_tool": float(ran > 0)},

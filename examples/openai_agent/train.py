@@ -27,9 +27,9 @@ async def larger_agent(task: dict, config: rllm.AgentConfig) -> str:
 
 
 @rllm.evaluator
-def grade(task: dict, episode: rllm.Episode) -> rllm.EvalResult:
+def grade(task: dict, episode: rllm.Episode) -> rllm.Outcome:
     correct = single_number_match(episode.info["output"], task["ground_truth"])
-    return rllm.EvalResult(reward=float(correct), is_correct=correct)
+    return rllm.Outcome(reward=float(correct), is_correct=correct)
 
 
 def main(overrides: list[str]) -> None:

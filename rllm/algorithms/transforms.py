@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.algorithms.advantages import get_advantage_estimator
 from rllm.types import Episode, Step, TrainBatch, TrainSequence, Trajectory
@@ -79,13 +80,16 @@ def group_episodes(episodes: list[Episode]) -> list[TrajectoryGroup]:
     return list(groups.values())
 
 
-@dataclass
-class FilterConfig:
-    """Which attempts and groups to leave out of the optimizer step."""
+class FilterConfig(BaseModel):
+    """Which attempts and groups to leave out of the optimizer step (the config's ``algorithm.filters``)."""
 
-    drop_zero_variance: bool = True  # drop groups whose rewards are all equal: no group-relative signal
-    drop_truncated: bool = False  # drop attempts whose episode was cut at max length (Episode.truncated)
-    drop_failed: bool = True  # drop attempts whose episode errored or timed out (Episode.failed)
+    model_config = ConfigDict(extra="forbid")
+
+    drop_zero_variance: bool = Field(True, description="Skip groups whose rewards are all equal (no signal).")
+    drop_truncated: bool = Field(False, description="Skip episodes whose response hit max_tokens.")
+    drop_failed: bool = Field(
+        True, description="Skip episodes that errored or timed out (they are still logged)."
+    )
 
 
 def filter_groups(

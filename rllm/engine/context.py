@@ -4,28 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rllm.inference.base import Completion, InferenceEngine, SamplingParams
-from rllm.types import Step, TerminationReason, Trajectory
-
-
-class Outcome(BaseModel):
-    """What a workflow returns for an episode: its reward and how it ended.
-
-    ``trajectory_rewards`` gives a role its own reward (e.g. ``{"solver": 1.0, "judge": 0.0}``), keyed by
-    trajectory key (one of several trajectories of a role, e.g. ``"solver#2"``) or by role name; those not
-    named there get ``reward``. ``metrics`` are averaged into the training step's metrics.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    reward: float = 0.0
-    is_correct: bool | None = None
-    trajectory_rewards: dict[str, float] = Field(default_factory=dict)
-    termination_reason: TerminationReason = TerminationReason.ENV_DONE
-    metrics: dict[str, float] = Field(default_factory=dict)
-    info: dict[str, Any] = Field(default_factory=dict)
+from rllm.types import Step, Trajectory
 
 
 class RolloutContext:

@@ -21,9 +21,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
 from rllm.inference.base import InferenceEngine, SamplingParams
-from rllm.types import Episode, TerminationReason
+from rllm.types import Episode, Outcome, TerminationReason, as_outcome
 
 logger = logging.getLogger(__name__)
 _CONSOLE = Console(stderr=True)
@@ -40,15 +40,7 @@ def task_id_of(task: dict[str, Any]) -> str:
 
 
 def _as_outcome(result: Outcome | float | bool | None) -> Outcome:
-    if isinstance(result, Outcome):
-        return result
-    if result is None:
-        return Outcome()
-    if isinstance(result, bool):
-        return Outcome(reward=float(result), is_correct=result)
-    if isinstance(result, (int, float)):
-        return Outcome(reward=float(result))
-    raise TypeError(f"a workflow must return an Outcome, a float or a bool, not {type(result).__name__}")
+    return Outcome() if result is None else as_outcome(result, source="a workflow")
 
 
 def _failed(episode: Episode, exc: BaseException) -> Outcome:
@@ -119,7 +111,7 @@ class WorkflowEngine:
             outcome = _failed(episode, exc)
         episode.trajectories = list(ctx.trajectories.values())
         for key, traj in ctx.trajectories.items():
-            rewards = outcome.trajectory_rewards
+            rewards = outcome.role_rewards
             traj.reward = rewards.get(key, rewards.get(traj.name, outcome.reward))
             # A flow that rewards steps itself (an environment's per-step rewards) keeps them; otherwise
             # the outcome reward lands on the last step (per-step credit sees it there).
@@ -128,6 +120,7 @@ class WorkflowEngine:
         episode.reward = outcome.reward
         episode.is_correct = outcome.is_correct
         episode.metrics = dict(outcome.metrics)
+        episode.metrics.update({f"signal/{name}": float(v) for name, v in outcome.signals.items()})
         episode.metrics["episode_time_s"] = time.perf_counter() - t0
         episode.info.update(outcome.info)
         reason = outcome.termination_reason

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm.rewards.types import RewardFn, RewardResult
-from rllm.sdk.decorators import AgentConfig, EvalResult, Rollout, evaluator, rollout
-from rllm.types import Episode
+from rllm.rewards.types import RewardFn
+from rllm.sdk.decorators import AgentConfig, Rollout, evaluator, rollout
+from rllm.types import Episode, Outcome
 from rllm.workflows.single_turn import question_messages
 
 
@@ -39,15 +39,15 @@ def reward_evaluator(reward_fn: RewardFn) -> Any:
     """An evaluator scoring the flow's returned text with ``reward_fn(task, text)``."""
 
     @evaluator(name="reward")
-    def score(task: dict[str, Any], episode: Episode) -> EvalResult:
+    def score(task: dict[str, Any], episode: Episode) -> Outcome:
         output = episode.info.get("output")
         if not isinstance(output, str):
             raise TypeError(
                 f"the flow returned {type(output).__name__}, not the reply text the reward scores: "
                 "return the final answer text, or pass --evaluator"
             )
-        result: RewardResult = reward_fn(task, output)
-        return EvalResult(reward=result.reward, is_correct=result.is_correct, info=result.info)
+        result: Outcome = reward_fn(task, output)
+        return Outcome(reward=result.reward, is_correct=result.is_correct, info=result.info)
 
     return score
 
@@ -65,7 +65,7 @@ def env_flow(name: str, **options: Any) -> Rollout:
     spec.agent(chosen)  # an agent that refuses its options says so now
 
     @rollout(name=name)
-    async def play_env(task: dict[str, Any], config: AgentConfig) -> EvalResult:
+    async def play_env(task: dict[str, Any], config: AgentConfig) -> Outcome:
         env, agent = spec.env(task, chosen), spec.agent(chosen)
         agent.reset(task)
         client = config.async_client()
@@ -76,6 +76,6 @@ def env_flow(name: str, **options: Any) -> Rollout:
 
         game = await play(env, agent, chat, max_turns=chosen.max_turns)
         moves = [action if action is not None else "invalid" for action in game.actions]
-        return EvalResult(reward=float(game.success), is_correct=game.success, info={"moves": moves})
+        return Outcome(reward=float(game.success), is_correct=game.success, info={"moves": moves})
 
     return play_env

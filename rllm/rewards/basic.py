@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rllm.rewards.types import RewardResult
+from rllm.types import Outcome
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -43,12 +43,10 @@ def single_number_match(text: str, answer: str | float) -> bool:
         return False
 
 
-def number_reward(task: dict[str, Any], response: str) -> RewardResult:
+def number_reward(task: dict[str, Any], response: str) -> Outcome:
     """Reward of the built-in arithmetic tasks: 1 when the reply states exactly one number and it is
     ``task["ground_truth"]`` (see ``single_number_match``)."""
     if "ground_truth" not in task:
         raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
     correct = single_number_match(response, task["ground_truth"])
-    return RewardResult(
-        reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)}
-    )
+    return Outcome(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})

@@ -50,8 +50,9 @@ from typing import Any
 from rllm import sandbox
 from rllm.rewards import _code_harness as harness
 from rllm.rewards.text import strip_thinking
-from rllm.rewards.types import RewardFn, RewardResult
+from rllm.rewards.types import RewardFn
 from rllm.sandbox import SandboxResult, arun_python
+from rllm.types import Outcome
 
 _HARNESS = Path(harness.__file__).read_text(encoding="utf-8")
 _MAX_PROCESSES = 8
@@ -85,7 +86,7 @@ def make_code_reward(
     # Blocks once per isolation while it probes; raises if it cannot run or a package is refused.
     sandbox.protections(isolation, packages=settings.packages)
 
-    def reward(task: dict[str, Any], response: str) -> RewardResult:
+    def reward(task: dict[str, Any], response: str) -> Outcome:
         return sandbox.run_blocking(_grade(task, response, settings))
 
     return reward
@@ -100,7 +101,7 @@ async def acode_reward(
     max_parallel: int | None = None,
     isolation: str = "auto",
     packages: tuple[str, ...] = (),
-) -> RewardResult:
+) -> Outcome:
     """``make_code_reward(...)(task, response)`` for asyncio code: the event loop runs on meanwhile.
     ``max_parallel`` bounds the tests of this one call."""
     settings = _Settings.of(timeout_s, memory_mb, max_parallel, isolation, packages)
@@ -168,7 +169,7 @@ class _Settings:
         }
 
 
-async def _grade(task: dict[str, Any], response: str, settings: _Settings) -> RewardResult:
+async def _grade(task: dict[str, Any], response: str, settings: _Settings) -> Outcome:
     tests, entry_point = _parse_ground_truth(task)
     program = extract_program(response)
     problem = "no program found in the response" if program is None else _compile_error(program)
@@ -198,7 +199,7 @@ async def _grade(task: dict[str, Any], response: str, settings: _Settings) -> Re
     }
     # Which isolation graded this episode, as a step metric (the mean over a step: the share under it).
     metrics = {f"reward/code/isolation/{protections['isolation']}": 1.0}
-    return RewardResult(
+    return Outcome(
         reward=passed / len(records), is_correct=passed == len(records), info=info, metrics=metrics
     )
 

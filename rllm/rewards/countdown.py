@@ -25,7 +25,8 @@ from fractions import Fraction
 from typing import Any
 
 from rllm.rewards.text import last_tagged, strip_thinking
-from rllm.rewards.types import RewardFn, RewardResult
+from rllm.rewards.types import RewardFn
+from rllm.types import Outcome
 
 MAX_EQUATION_CHARS = 300
 """Longer equations are rejected unparsed: a valid one is a few numbers long, and this bounds what ``ast``
@@ -174,19 +175,23 @@ def make_countdown_reward(format_reward: float = 0.0) -> RewardFn:
     if not 0.0 <= format_reward < 1.0:
         raise ValueError(f"format_reward must be in [0, 1), got {format_reward}")
 
-    def countdown_reward(task: dict[str, Any], response: str) -> RewardResult:
+    def countdown_reward(task: dict[str, Any], response: str) -> Outcome:
         target, numbers = _countdown_truth(task)
         text = strip_thinking(response)
         if text is None:
-            return RewardResult(0.0, False, {"reason": "unclosed_think"})
+            return Outcome(reward=0.0, is_correct=False, info={"reason": "unclosed_think"})
         equation = extract_equation(text)
         if equation is None:
-            return RewardResult(0.0, False, {"reason": "no_equation"})
+            return Outcome(reward=0.0, is_correct=False, info={"reason": "no_equation"})
         info: dict[str, Any] = {"equation": equation}
         try:
             tree, leaves, claimed = _parse_equation(equation)
         except _Rejected as rejected:
-            return RewardResult(0.0, False, {**info, "reason": rejected.reason, "detail": rejected.detail})
+            return Outcome(
+                reward=0.0,
+                is_correct=False,
+                info={**info, "reason": rejected.reason, "detail": rejected.detail},
+            )
         reason = _rule_broken(leaves, numbers, target, claimed)
         if reason is None:
             try:
@@ -197,8 +202,8 @@ def make_countdown_reward(format_reward: float = 0.0) -> RewardFn:
                 info["value"] = _fraction_json(value)
                 reason = None if value == target else "wrong_value"
         if reason is not None:
-            return RewardResult(format_reward, False, {**info, "reason": reason})
-        return RewardResult(1.0, True, info)
+            return Outcome(reward=format_reward, is_correct=False, info={**info, "reason": reason})
+        return Outcome(reward=1.0, is_correct=True, info=info)
 
     return countdown_reward
 

@@ -31,9 +31,10 @@ from typing import Any
 import openai
 
 from rllm.rewards.text import strip_thinking
-from rllm.rewards.types import RewardFn, RewardResult
+from rllm.rewards.types import RewardFn
+from rllm.types import Outcome
 
-AsyncRewardFn = Callable[[dict[str, Any], str], Awaitable[RewardResult]]
+AsyncRewardFn = Callable[[dict[str, Any], str], Awaitable[Outcome]]
 """A reward function for asyncio code: ``await reward_fn(task, response)``."""
 
 DEFAULT_JUDGE_PROMPT = """\
@@ -159,34 +160,36 @@ def _settings(
     )
 
 
-def _precheck(task: dict[str, Any], response: str) -> tuple[str | None, RewardResult | None]:
+def _precheck(task: dict[str, Any], response: str) -> tuple[str | None, Outcome | None]:
     """The answer to send to the judge, or the result when there is nothing to judge. Validates the task
     first, so a malformed task raises whatever the response."""
     _question(task)
     _reference(task)
     answer = strip_thinking(response)
     if answer is None:
-        return None, RewardResult(0.0, False, {"reason": "unclosed_think"})
+        return None, Outcome(reward=0.0, is_correct=False, info={"reason": "unclosed_think"})
     if not answer:
-        return None, RewardResult(0.0, False, {"reason": "empty_response"})
+        return None, Outcome(reward=0.0, is_correct=False, info={"reason": "empty_response"})
     return answer, None
 
 
-def _from_completion(completion: Any) -> RewardResult:
+def _from_completion(completion: Any) -> Outcome:
     choices = getattr(completion, "choices", None) or []
     reply = (choices[0].message.content or "") if choices else ""
     verdict = parse_verdict(reply)
     info: dict[str, Any] = {"judge_reply": reply[-_MAX_REPLY_CHARS_IN_INFO:]}
     if verdict is None:
         info["reason"] = "judge_unparseable"
-        return RewardResult(0.0, False, info)
+        return Outcome(reward=0.0, is_correct=False, info=info)
     info["verdict"] = "CORRECT" if verdict else "INCORRECT"
-    return RewardResult(float(verdict), verdict, info)
+    return Outcome(reward=float(verdict), is_correct=verdict, info=info)
 
 
-def _from_error(error: openai.OpenAIError) -> RewardResult:
-    return RewardResult(
-        0.0, False, {"reason": "judge_error", "error": f"{type(error).__name__}: {error}"[:500]}
+def _from_error(error: openai.OpenAIError) -> Outcome:
+    return Outcome(
+        reward=0.0,
+        is_correct=False,
+        info={"reason": "judge_error", "error": f"{type(error).__name__}: {error}"[:500]},
     )
 
 
@@ -214,7 +217,7 @@ def make_llm_judge_reward(
     )
     client = openai.OpenAI(**settings.client_kwargs())
 
-    def llm_judge_reward(task: dict[str, Any], response: str) -> RewardResult:
+    def llm_judge_reward(task: dict[str, Any], response: str) -> Outcome:
         answer, early = _precheck(task, response)
         if early is not None:
             return early
@@ -240,7 +243,7 @@ class AsyncLLMJudge:
             weakref.WeakKeyDictionary()
         )
 
-    async def __call__(self, task: dict[str, Any], response: str) -> RewardResult:
+    async def __call__(self, task: dict[str, Any], response: str) -> Outcome:
         answer, early = _precheck(task, response)
         if early is not None:
             return early

@@ -4,7 +4,7 @@
 
     extract_answer("<think>...</think> so the area is $\\boxed{\\frac12}$.")  # '\\frac12'
     grade_answer("\\frac12", "0.5")                                          # True
-    math_reward({"task_id": "t1", "ground_truth": "1/2"}, response)           # RewardResult(1.0, True, {...})
+    math_reward({"task_id": "t1", "ground_truth": "1/2"}, response)           # Outcome: reward 1.0, correct
 
 Equivalence is decided by math_verify (LaTeX and plain text to sympy, then string, numeric and symbolic
 comparison) after a small normalisation of forms it does not read (``90°``, ``1.5e3``, ``1\\,000``,
@@ -39,7 +39,8 @@ from math_verify import LatexExtractionConfig, parse, verify
 
 from rllm.rewards._bounded import WorkerFailed, call_bounded
 from rllm.rewards.text import strip_thinking
-from rllm.rewards.types import RewardFn, RewardResult
+from rllm.rewards.types import RewardFn
+from rllm.types import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +326,7 @@ def make_math_reward(
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
 
-    def reward(task: dict[str, Any], response: str) -> RewardResult:
+    def reward(task: dict[str, Any], response: str) -> Outcome:
         ground_truths = _ground_truths(task)
         found = _extract(response if isinstance(response, str) else "")
         format_ok = found.source == "boxed"
@@ -336,7 +337,7 @@ def make_math_reward(
         else:
             reason = _grade(found.answer, ground_truths, timeout_s)
         correct = reason == "correct"
-        return RewardResult(
+        return Outcome(
             reward=1.0 if correct else format_reward if format_ok else 0.0,
             is_correct=correct,
             info={

@@ -23,7 +23,8 @@ from collections import Counter
 from typing import Any
 
 from rllm.rewards.text import last_tagged, strip_thinking
-from rllm.rewards.types import RewardFn, RewardResult
+from rllm.rewards.types import RewardFn
+from rllm.types import Outcome
 
 LETTERS = "ABCDEFGHIJ"
 F1_CORRECT_THRESHOLD = 0.8
@@ -115,16 +116,16 @@ def _free_form_answer(response: str) -> tuple[str | None, dict[str, Any]]:
     return answer, {"answer": answer}
 
 
-def exact_match_reward(task: dict[str, Any], response: str) -> RewardResult:
+def exact_match_reward(task: dict[str, Any], response: str) -> Outcome:
     """1.0 when the extracted answer equals a reference after ``normalize_answer``, else 0.0."""
     references = _references(task)
     answer, info = _free_form_answer(response)
     if answer is None:
-        return RewardResult(reward=0.0, is_correct=False, info=info)
+        return Outcome(reward=0.0, is_correct=False, info=info)
     normalized = normalize_answer(answer)
     matched = next((ref for ref in references if normalize_answer(ref) == normalized), None)
     info.update(normalized=normalized, matched=matched)
-    return RewardResult(reward=float(matched is not None), is_correct=matched is not None, info=info)
+    return Outcome(reward=float(matched is not None), is_correct=matched is not None, info=info)
 
 
 def make_f1_reward(correct_threshold: float = F1_CORRECT_THRESHOLD) -> RewardFn:
@@ -133,18 +134,18 @@ def make_f1_reward(correct_threshold: float = F1_CORRECT_THRESHOLD) -> RewardFn:
     if not 0.0 < correct_threshold <= 1.0:
         raise ValueError(f"correct_threshold must be in (0, 1], got {correct_threshold}")
 
-    def f1_reward(task: dict[str, Any], response: str) -> RewardResult:
+    def f1_reward(task: dict[str, Any], response: str) -> Outcome:
         references = _references(task)
         answer, info = _free_form_answer(response)
         if answer is None:
-            return RewardResult(reward=0.0, is_correct=False, info=info)
+            return Outcome(reward=0.0, is_correct=False, info=info)
         scores = [token_f1(answer, ref) for ref in references]
         best = max(range(len(references)), key=scores.__getitem__)
         exact = any(normalize_answer(ref) == normalize_answer(answer) for ref in references)
         info.update(f1=scores[best], matched=references[best], exact_match=exact)
         # The tolerance keeps F1 values that are exactly the threshold on paper (4/5) from rounding below it.
         correct = exact or scores[best] >= correct_threshold - 1e-9
-        return RewardResult(reward=scores[best], is_correct=correct, info=info)
+        return Outcome(reward=scores[best], is_correct=correct, info=info)
 
     return f1_reward
 
@@ -279,7 +280,7 @@ def _expected_letter(task: dict[str, Any], choices: list[str] | None) -> str:
     )
 
 
-def multiple_choice_reward(task: dict[str, Any], response: str) -> RewardResult:
+def multiple_choice_reward(task: dict[str, Any], response: str) -> Outcome:
     """1.0 when the reply picks the correct option (see ``extract_choice``), else 0.0.
 
     When ``metadata.choices`` is given and the reply names no letter, an answer (``extract_answer``) that
@@ -289,9 +290,7 @@ def multiple_choice_reward(task: dict[str, Any], response: str) -> RewardResult:
     expected = _expected_letter(task, choices)
     text = strip_thinking(response)
     if text is None:
-        return RewardResult(
-            reward=0.0, is_correct=False, info={"expected": expected, "reason": "unclosed_think"}
-        )
+        return Outcome(reward=0.0, is_correct=False, info={"expected": expected, "reason": "unclosed_think"})
     letter, reason = extract_choice(text)
     if letter is None and reason == "no_choice" and choices:
         answer = normalize_answer(extract_answer(text))
@@ -304,4 +303,4 @@ def multiple_choice_reward(task: dict[str, Any], response: str) -> RewardResult:
     elif choices and letter not in LETTERS[: len(choices)]:
         info["reason"] = "not_an_option"
     correct = letter == expected
-    return RewardResult(reward=float(correct), is_correct=correct, info=info)
+    return Outcome(reward=float(correct), is_correct=correct, info=info)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from rllm.types import Episode
+from rllm.types import Episode, Outcome, as_outcome
 
 
 class AgentConfig(BaseModel):
@@ -106,34 +106,6 @@ def _shared_async_http() -> _SharedAsyncClient:
     return client
 
 
-class EvalResult(BaseModel):
-    """An evaluator's verdict. ``signals`` are named sub-scores logged as metrics (``format``,
-    ``tool_use`` ...); ``role_rewards`` give a role its own reward (e.g. ``{"judge": 1.0}``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    reward: float
-    is_correct: bool | None = None
-    signals: dict[str, float] = Field(default_factory=dict)
-    role_rewards: dict[str, float] = Field(default_factory=dict)
-    info: dict[str, Any] = Field(default_factory=dict)
-
-
-def as_eval_result(value: Any) -> EvalResult:
-    """Read an evaluator's (or a flow's) return value as an :class:`EvalResult`."""
-    if isinstance(value, EvalResult):
-        return value
-    if isinstance(value, bool):
-        return EvalResult(reward=float(value), is_correct=value)
-    if isinstance(value, (int, float)):
-        return EvalResult(reward=float(value))
-    if isinstance(value, dict) and "reward" in value:
-        return EvalResult.model_validate(value)
-    raise TypeError(
-        f"an evaluator returns a float, a bool, an EvalResult or a dict with 'reward'; got {type(value).__name__}"
-    )
-
-
 # Sync flows run on their own threads: the default executor (a few threads on a small machine) would
 # serialise hundreds of episodes that spend their time waiting on HTTP.
 _SYNC_POOL: concurrent.futures.ThreadPoolExecutor | None = None
@@ -184,21 +156,23 @@ class Evaluator:
     def __call__(self, task: dict[str, Any], episode: Episode) -> Any:
         return self.fn(task, episode)
 
-    async def score(self, task: dict[str, Any], episode: Episode) -> EvalResult:
-        return as_eval_result(await _call(self.fn, self.is_async, task, episode))
+    async def score(self, task: dict[str, Any], episode: Episode) -> Outcome:
+        return as_outcome(await _call(self.fn, self.is_async, task, episode), source="an evaluator")
 
 
 def rollout(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
     """Decorate ``fn(task, config)`` (sync or async) as an agent flow: ``@rllm.rollout`` or
     ``@rllm.rollout(name="solver")``. The flow may return nothing (an evaluator scores it), a reward
-    (float / bool / :class:`EvalResult`), or any value the evaluator reads from ``episode.info["output"]``."""
+    (float / bool / :class:`~rllm.types.Outcome`), or any value the evaluator reads from
+    ``episode.info["output"]``."""
     if fn is None:
         return lambda f: Rollout(f, name)
     return Rollout(fn, name)
 
 
 def evaluator(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
-    """Decorate ``fn(task, episode)`` (sync or async) as an evaluator returning a reward."""
+    """Decorate ``fn(task, episode)`` (sync or async) as an evaluator returning a reward: a float, a bool,
+    an :class:`~rllm.types.Outcome`, or a dict of an Outcome's fields with ``"reward"``."""
     if fn is None:
         return lambda f: Evaluator(f, name)
     return Evaluator(fn, name)

@@ -22,19 +22,11 @@ from typing import Any
 import httpx
 
 from rllm.engine.assembly import traces_to_trajectories
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
 from rllm.gateway.pool import route
 from rllm.gateway.traces import OVERRIDABLE_SAMPLING, SessionInfo, Trace, TraceQuery, TraceStore
-from rllm.sdk.decorators import (
-    AgentConfig,
-    EvalResult,
-    Evaluator,
-    Rollout,
-    as_eval_result,
-    evaluator,
-    rollout,
-)
-from rllm.types import Episode, TerminationReason, Trajectory
+from rllm.sdk.decorators import AgentConfig, Evaluator, Rollout, evaluator, rollout
+from rllm.types import Episode, Outcome, Trajectory, as_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +136,7 @@ class GatewayWorkflow:
                 "from the flow or pass an @rllm.evaluator"
             )
         else:
-            result = as_eval_result(output)
+            result = as_outcome(output, source=f"rollout {self.flow.name}")
         return _outcome(result, metrics, output)
 
     async def read_traces(self, session_id: str) -> list[Trace]:
@@ -178,18 +170,12 @@ def _in_episode(trace: Trace, session_id: str) -> bool:
     return trace.session_id == session_id or trace.session_id.startswith(session_id + ":")
 
 
-def _outcome(result: EvalResult, metrics: dict[str, float], output: Any) -> Outcome:
-    out_metrics = dict(metrics)
-    out_metrics.update({f"signal/{k}": float(v) for k, v in result.signals.items()})
+def _outcome(result: Outcome, metrics: dict[str, float], output: Any) -> Outcome:
+    """The verdict with the assembly's metrics added and the flow's output on the record."""
     try:  # the flow's return value goes on the record when it can be stored as JSON
         json.dumps(output)
     except (TypeError, ValueError):
         output = repr(output)
-    return Outcome(
-        reward=result.reward,
-        is_correct=result.is_correct,
-        trajectory_rewards=dict(result.role_rewards),
-        termination_reason=TerminationReason.ENV_DONE,
-        metrics=out_metrics,
-        info={"output": output, **result.info},
+    return result.model_copy(
+        update={"metrics": {**metrics, **result.metrics}, "info": {"output": output, **result.info}}
     )

@@ -22,7 +22,6 @@ import torch
 
 from rllm.algorithms.advantages import takes_std
 from rllm.algorithms.transforms import (
-    FilterConfig,
     attach_trainer_logprobs,
     build_train_batch,
     compute_advantages,
@@ -168,7 +167,7 @@ class AgentTrainer:
             timeout_s=r.timeout_s,
             retries=r.retries,
         )
-        self.filters = FilterConfig(**cfg.algorithm.filters.model_dump())
+        self.filters = cfg.algorithm.filters
 
     def _start_gateway(self) -> Workflow:
         from rllm.gateway.app import create_app

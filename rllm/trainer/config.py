@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, StdKind
 from rllm.algorithms.losses import LossConfig
-from rllm.algorithms.transforms import Credit
+from rllm.algorithms.transforms import Credit, FilterConfig
 from rllm.envs.registry import EnvOptions, envs
 from rllm.utils.config import did_you_mean, unknown_name
 
@@ -233,14 +233,6 @@ class RolloutConfig(_Section):
     )
 
 
-class FilterSettings(_Section):
-    drop_zero_variance: bool = Field(True, description="Skip groups whose rewards are all equal (no signal).")
-    drop_truncated: bool = Field(False, description="Skip episodes whose response hit max_tokens.")
-    drop_failed: bool = Field(
-        True, description="Skip episodes that errored or timed out (they are still logged)."
-    )
-
-
 class ShapingConfig(_Section):
     format_regex: str | None = Field(
         None,
@@ -297,7 +289,7 @@ class AlgorithmConfig(_Section):
         "trained on (DAPO dynamic-sampling semantics: informative groups keep their weight as the policy improves), "
         "'sampled' = also the skipped rows (plain GRPO semantics: the filter then only saves compute).",
     )
-    filters: FilterSettings = Field(default_factory=FilterSettings)
+    filters: FilterConfig = Field(default_factory=FilterConfig)
 
     @field_validator("advantage")
     @classmethod

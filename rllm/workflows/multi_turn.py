@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.agents.base import Agent, InvalidAction
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
 from rllm.envs.base import Env, EnvStep
-from rllm.types import TerminationReason
+from rllm.types import Outcome, TerminationReason
 
 EnvFactory = Callable[[dict[str, Any]], Env]
 

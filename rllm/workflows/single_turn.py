@@ -7,12 +7,12 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
 from rllm.rewards.basic import number_reward
 from rllm.rewards.instructions import with_instruction
-from rllm.rewards.types import RewardResult
+from rllm.types import Outcome, as_outcome
 
-# reward_fn(task, response) -> float | bool | Outcome | RewardResult, or an awaitable of one
+# reward_fn(task, response) -> Outcome | float | bool, or an awaitable of one
 RewardFn = Callable[[dict[str, Any], str], Any]
 
 
@@ -79,17 +79,15 @@ async def score(reward_fn: RewardFn, task: dict[str, Any], response: str) -> Out
             if inspect.isawaitable(result):
                 result = await result
     except Exception as exc:
-        name = getattr(reward_fn, "__qualname__", None) or type(reward_fn).__qualname__
-        raise RewardError(
-            f"reward {name} raised on task {task.get('task_id', '?')!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    if isinstance(result, Outcome):
-        return result
-    if isinstance(result, RewardResult):
-        return Outcome(
-            reward=float(result.reward),
-            is_correct=result.is_correct,
-            info={"reward": result.info},
-            metrics=dict(result.metrics),
-        )
-    return Outcome(reward=float(result), is_correct=bool(result) if isinstance(result, bool) else None)
+        where = f"reward {_name(reward_fn)} raised on task {task.get('task_id', '?')!r}"
+        raise RewardError(f"{where}: {type(exc).__name__}: {exc}") from exc
+    outcome = as_outcome(result, source=f"reward {_name(reward_fn)}")
+    if not isinstance(result, (Outcome, dict)):  # a bare float or bool says nothing about why
+        return outcome
+    # What the reward says goes under info["reward"], beside the workflow's own keys; metrics are copied
+    # because workflows add their own to them.
+    return outcome.model_copy(update={"info": {"reward": outcome.info}, "metrics": dict(outcome.metrics)})
+
+
+def _name(reward_fn: RewardFn) -> str:
+    return getattr(reward_fn, "__qualname__", None) or type(reward_fn).__qualname__

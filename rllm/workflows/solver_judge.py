@@ -19,7 +19,8 @@ import asyncio
 import re
 from typing import Any
 
-from rllm.engine.context import Outcome, RolloutContext
+from rllm.engine.context import RolloutContext
+from rllm.types import Outcome
 from rllm.workflows.single_turn import RewardFn, number_reward, question_messages, score
 
 JUDGE_PROMPT = (
@@ -76,7 +77,7 @@ class SolverJudgeWorkflow:
         return Outcome(
             reward=picked.reward,
             is_correct=picked.is_correct,
-            trajectory_rewards=rewards,
+            role_rewards=rewards,
             metrics={
                 "solver/accuracy": sum(correct) / len(correct),
                 "judge/accuracy": float(bool(picked.is_correct)),

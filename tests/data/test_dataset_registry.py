@@ -423,12 +423,14 @@ def test_loading_a_split_the_reward_cannot_grade_is_refused(registry: DatasetReg
 
 def test_a_registered_reward_brings_its_own_check(registry: DatasetRegistry) -> None:
     from rllm.rewards import registry as rewards
-    from rllm.rewards.types import RewardResult
+    from rllm.types import Outcome
 
     def needs_int(task: dict) -> str | None:
         return None if isinstance(task["ground_truth"], int) else "ground_truth must be an integer"
 
-    rewards.register_reward("int_match", lambda task, response: RewardResult(0.0, False), check=needs_int)
+    rewards.register_reward(
+        "int_match", lambda task, response: Outcome(reward=0.0, is_correct=False), check=needs_int
+    )
     try:
         with pytest.raises(
             InvalidTaskError,

@@ -271,7 +271,7 @@ def test_user_flow_and_evaluator_from_a_file(tiny_model_dir: Path, tmp_path: Pat
         "    return reply.choices[0].message.content\n\n"
         "@rllm.evaluator\n"
         "def always_right(task, episode):\n"
-        "    return rllm.EvalResult(reward=1.0, is_correct=True, info={'len': len(episode.info['output'])})\n"
+        "    return rllm.Outcome(reward=1.0, is_correct=True, info={'len': len(episode.info['output'])})\n"
     )
     out = tmp_path / "user.jsonl"
     code = main(

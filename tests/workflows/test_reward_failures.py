@@ -11,11 +11,10 @@ from workflow_support import run_episodes
 
 from rllm.inference.base import SamplingParams
 from rllm.rewards.math import math_reward
-from rllm.rewards.types import RewardResult
 from rllm.store import EpisodeQuery, StoreReader
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.config import TrainConfig
-from rllm.types import TerminationReason
+from rllm.types import Outcome, TerminationReason
 from rllm.utils.config import load_config
 from rllm.workflows.single_turn import SingleTurnWorkflow
 from rllm.workflows.solver_judge import SolverJudgeWorkflow
@@ -50,11 +49,11 @@ def test_a_judged_workflow_fails_only_the_episode_whose_reward_raised(engine) ->
     assert "RewardError" in episodes[0].error
 
 
-def _flaky_grader(task: dict[str, Any], response: str) -> RewardResult:
+def _flaky_grader(task: dict[str, Any], response: str) -> Outcome:
     if task["task_id"].startswith("bad"):
         raise RuntimeError(f"grader has no key for {task['task_id']}")
     correct = len(response) % 2 == 0  # some variance within a group, so the good tasks train
-    return RewardResult(reward=float(correct), is_correct=correct)
+    return Outcome(reward=float(correct), is_correct=correct)
 
 
 def test_training_goes_on_when_a_reward_raises_and_counts_the_failed_episodes(

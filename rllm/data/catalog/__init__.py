@@ -29,6 +29,8 @@ from rllm.utils.config import did_you_mean
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["CATALOG", "CatalogEntry", "DatasetPullError", "catalog_entry", "pull"]
+
 HubTransform = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 
 

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend
     from rllm.trainer.config import TrainConfig
 
+__all__ = ["BACKENDS", "backend_capabilities", "backend_class", "build_backend"]
+
 BACKENDS: dict[str, str] = {
     "local": "rllm.trainer.backends.local:LocalBackend",
     "distributed": "rllm.trainer.backends.distributed:DistributedBackend",
