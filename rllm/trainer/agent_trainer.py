@@ -86,9 +86,9 @@ class AgentTrainer:
                 "AgentTrainer too: drop one of them"
             )
         self.workflow = workflow or build_workflow(config)
-        self.shapers = reward_shapers(config.algorithm.shaping, max_tokens=config.rollout.max_tokens) + list(
-            reward_shaping or []
-        )
+        # Applied before advantages: the shapers algorithm.shaping turns on, then the caller's own.
+        shapers = reward_shapers(config.algorithm.shaping, max_tokens=config.rollout.max_tokens)
+        self.shapers = shapers + list(reward_shaping or [])
         d, seed = config.data, config.trainer.seed
         if train_tasks is None or test_tasks is None:
             datasets = DatasetRegistry()
@@ -261,8 +261,8 @@ class AgentTrainer:
                 #    signal, compute advantages, lay the steps out as token rows (the algorithm config's part).
                 prepared = prepare_batch(episodes, self.cfg.algorithm, shapers=self.shapers)
                 metrics.update(prepared.metrics)
-                # 3. Update: one optimizer step. With no signal at all, nothing is learned, but the step
-                #    (the data position and the LR schedule) still advances, so a run always ends.
+                # 3. Update: one optimizer step. With no signal at all nothing is learned, but the step
+                #    still advances (data position, LR schedule, weight version), as a resumed run expects.
                 if prepared.empty:
                     logger.info("step %d: every group was filtered out; skipping the update", step)
                     self.backend.skip_step()
