@@ -15,7 +15,8 @@ assignment, which filters, which shaping, which loss normaliser. ``prepare_batch
    (``compute_advantages``);
 5. rows: one token row per step or merged run of turns, with its advantages (``build_train_batch``).
 
-The steps are the pure functions of ``advantages`` and ``transforms``; this module only chooses them.
+Each step is a function of ``transforms``, ``advantages`` or ``rllm.rewards.shaping``, tested on its own;
+this module only chooses and orders them.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ class ShapingSettings(Protocol):
 
 
 class AlgorithmSettings(Protocol):
-    """What ``prepare_batch`` reads of the algorithm config (the trainer's ``algorithm`` section; see
-    ``rllm train --help-config`` for each key's meaning)."""
+    """What ``prepare_batch`` reads of the algorithm config: the trainer's ``algorithm`` section (see
+    ``rllm train --help-config`` for each key's meaning), described here because the config lives in the
+    trainer, a layer above this one."""
 
     advantage: str | dict[str, str]
     norm_std: bool
