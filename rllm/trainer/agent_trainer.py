@@ -1,18 +1,16 @@
 """``AgentTrainer``: the RL loop, written once above the backend API.
 
-Per step, top to bottom: take the next tasks, run episodes (sample + score), group them, compute
-advantages, filter, build the token batch, forward/backward, optimizer step, sync weights to the
-inference engine, log, checkpoint. Backends hide *how* a step runs, never *what* the loop does.
+Per step, top to bottom (``train_step``): rollout (run episodes of the step's tasks: sample + score),
+prepare the batch (shape rewards, group, filter, advantages, token rows: ``rllm.algorithms.prepare``),
+update (forward/backward, optimizer step), sync the weights to the inference engine, log; then ``_train``
+evaluates and checkpoints. Backends hide *how* a step runs, never *what* the loop does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
-import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,45 +18,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllm.algorithms.advantages import takes_std
-from rllm.algorithms.transforms import (
-    attach_trainer_logprobs,
-    build_train_batch,
-    compute_advantages,
-    filter_groups,
-    group_episodes,
-    state_signal,
-    step_returns,
-)
+from rllm.algorithms.prepare import PreparedBatch, prepare_batch, reward_shapers
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
 from rllm.inference.base import SamplingParams
-from rllm.rewards.shaping import Shaper, apply_shaping, format_bonus, overlong_penalty
+from rllm.rewards.shaping import Shaper
 from rllm.store import RunWriter, default_store_path
 from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
-from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state, save_checkpoint
+from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
 from rllm.trainer.checks import check_config
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.engines import build_engine
+from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, try_plot
 from rllm.types import Episode
 from rllm.utils.config import dump_config
-from rllm.utils.metrics import MetricsLogger, build_sinks, summarize
+from rllm.utils.metrics import MetricsLogger, build_sinks
+from rllm.utils.timing import timed
 
 logger = logging.getLogger(__name__)
-
-# metric -> console column label
-CONSOLE_KEYS = {
-    "reward/mean": "reward",
-    "accuracy": "acc",
-    "response_len/mean": "resp_len",
-    "train/entropy": "entropy",
-    "train/clip_fraction": "clip_frac",
-    "train/approx_kl": "kl",
-    "train/grad_norm": "grad_norm",
-    "time/step_s": "step_s",
-    "time/eta_s": "eta_s",
-    "eval/accuracy": "eval_acc",
-}
 
 
 @dataclass
@@ -109,7 +86,9 @@ class AgentTrainer:
                 "AgentTrainer too: drop one of them"
             )
         self.workflow = workflow or build_workflow(config)
-        self.shapers = shapers_from_config(config) + list(reward_shaping or [])
+        # Applied before advantages: the shapers algorithm.shaping turns on, then the caller's own.
+        shapers = reward_shapers(config.algorithm.shaping, max_tokens=config.rollout.max_tokens)
+        self.shapers = shapers + list(reward_shaping or [])
         d, seed = config.data, config.trainer.seed
         if train_tasks is None or test_tasks is None:
             datasets = DatasetRegistry()
@@ -167,7 +146,6 @@ class AgentTrainer:
             timeout_s=r.timeout_s,
             retries=r.retries,
         )
-        self.filters = cfg.algorithm.filters
 
     def _start_gateway(self) -> Workflow:
         from rllm.gateway.app import create_app
@@ -256,28 +234,14 @@ class AgentTrainer:
 
     # ------------------------------------------------------------------ eval
     def evaluate(self, step: int) -> dict[str, float]:
-        t0 = time.perf_counter()
-        episodes = asyncio.run(
-            self.rollouts.run_tasks(self.test_tasks, sampling=self.eval_sampling, description=f"eval@{step}")
-        )
-        correct = [bool(e.is_correct) for e in episodes]
-        out = {
-            "eval/accuracy": float(np.mean(correct)),
-            "eval/reward": float(np.mean([e.reward or 0.0 for e in episodes])),
-            "eval/n": float(len(episodes)),
-            # A failed held-out episode (its flow or reward raised, or it timed out) counts as wrong above.
-            "eval/failed": float(sum(e.failed for e in episodes)),
-            "eval/response_len": float(
-                np.mean(
-                    [len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps] or [0]
+        """Greedy accuracy (and reward, lengths, flow metrics) on the held-out tasks at ``step``."""
+        with timed("eval") as span:
+            episodes = asyncio.run(
+                self.rollouts.run_tasks(
+                    self.test_tasks, sampling=self.eval_sampling, description=f"eval@{step}"
                 )
-            ),
-            "eval/time_s": time.perf_counter() - t0,
-        }
-        # What flows and evaluators report per episode (signal/*, tools/*, judge/*, ...), averaged over the
-        # held-out set.
-        for key in sorted({k for e in episodes for k in e.metrics if "/" in k}):
-            out[f"eval/{key}"] = float(np.mean([e.metrics[key] for e in episodes if key in e.metrics]))
+            )
+            out = eval_metrics(episodes, span.seconds)
         logger.info(
             "eval at step %d: accuracy %.3f on %d held-out tasks", step, out["eval/accuracy"], len(episodes)
         )
@@ -285,90 +249,74 @@ class AgentTrainer:
 
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, float]:
+        """One RL step on the current policy; returns the step's metrics."""
+        metrics: dict[str, float] = {}
+        with timed("step", metrics):
+            # 1. Rollout: group_size episodes of each of the step's tasks, sampled and scored.
+            episodes = self._rollout(step, metrics)
+            # An engine that missed a weight sync samples an older policy: refuse before learning from it.
+            check_staleness(episodes, self.backend.step, self.cfg.rollout.max_staleness)
+            with timed("train", metrics) as train:
+                # 2. Prepare the batch: shape rewards, group the attempts at each task, drop what carries no
+                #    signal, compute advantages, lay the steps out as token rows (the algorithm config's part).
+                prepared = prepare_batch(episodes, self.cfg.algorithm, shapers=self.shapers)
+                metrics.update(prepared.metrics)
+                # 3. Update: one optimizer step. With no signal at all nothing is learned, but the step
+                #    still advances (data position, LR schedule, weight version), as a resumed run expects.
+                if prepared.empty:
+                    logger.info("step %d: every group was filtered out; skipping the update", step)
+                    self.backend.skip_step()
+                    metrics["train/skipped"] = 1.0
+                else:
+                    metrics.update(self._update(prepared))
+                    metrics["perf/train_tokens_per_s"] = prepared.batch.num_tokens / max(train.seconds, 1e-9)
+            # 4. Sync: the next rollout samples from the weights just trained.
+            with timed("sync", metrics):
+                self._sync_weights(f"step {step + 1}")
+            # 5. Log: the episodes' rewards, lengths and outcomes (after shaping, which adds shaping/*).
+            metrics.update(episode_metrics(episodes))
+            if self.run_store is not None:  # written with this step's metrics, in one transaction
+                self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
+        return metrics
+
+    def _rollout(self, step: int, metrics: dict[str, float]) -> list[Episode]:
+        """Run the step's episodes; add the rollout's time and speed (and a server pool's health) to
+        ``metrics``."""
         cfg = self.cfg
-        t0 = time.perf_counter()
-        tasks = self._tasks_for_step(step)
+        # The step's own seed: a resumed run samples exactly what an uninterrupted one would have.
         sampling = self.train_sampling.model_copy(
             update={"seed": cfg.trainer.seed * 7_919 + step * 1_000_003}
         )
-        gen_before = self.engine.stats["generated_tokens"]
-        episodes = asyncio.run(
-            self.rollouts.run_tasks(
-                tasks, group_size=cfg.rollout.group_size, sampling=sampling, description=f"step {step}"
+        generated_before = self.engine.stats["generated_tokens"]
+        with timed("rollout", metrics) as rollout:
+            episodes = asyncio.run(
+                self.rollouts.run_tasks(
+                    self._tasks_for_step(step),
+                    group_size=cfg.rollout.group_size,
+                    sampling=sampling,
+                    description=f"step {step}",
+                )
             )
-        )
-        t_rollout = time.perf_counter() - t0
-        check_staleness(episodes, self.backend.step, cfg.rollout.max_staleness)
-        apply_shaping(episodes, self.shapers)
-        metrics = episode_metrics(episodes)
-        metrics["time/rollout_s"] = t_rollout
-        metrics["perf/rollout_tokens_per_s"] = (self.engine.stats["generated_tokens"] - gen_before) / max(
-            t_rollout, 1e-9
-        )
+        generated = self.engine.stats["generated_tokens"] - generated_before
+        metrics["perf/rollout_tokens_per_s"] = generated / max(rollout.seconds, 1e-9)
         if hasattr(self.engine, "metrics"):  # a server pool: servers healthy, calls re-routed after a failure
             metrics.update(self.engine.metrics())
+        return episodes
 
-        groups = group_episodes(episodes)
-        alg = cfg.algorithm
-        signal = {
-            "per_step": lambda g: step_returns(g, alg.gamma),
-            "per_state": lambda g: state_signal(g, alg.gamma),
-        }.get(alg.credit)
-        groups, fmetrics = filter_groups(groups, self.filters, signal=signal)
-        metrics.update(fmetrics)
-        t1 = time.perf_counter()
-        if groups:
-            est_kwargs: dict[str, object] = {}
-            if _uses(alg.advantage, "grpo"):
-                est_kwargs["norm_std"] = alg.norm_std
-            if any(takes_std(name) for name in _estimator_names(alg.advantage)):
-                est_kwargs["std"] = alg.std
-            metrics.update(
-                compute_advantages(
-                    groups,
-                    alg.advantage,
-                    credit=alg.credit,
-                    gamma=alg.gamma,
-                    step_weight=alg.step_weight,
-                    **est_kwargs,
-                )
-            )
-            batch = build_train_batch(groups, merge=alg.merge_turns)
-            if cfg.algorithm.loss_norm == "sampled":  # skipped zero-variance rows still count in the mean
-                batch.loss_norm_tokens = (
-                    batch.num_response_tokens + fmetrics["filter/zero_variance_response_tokens"]
-                )
-                batch.loss_norm_sequences = len(batch.sequences) + fmetrics["filter/zero_variance_sequences"]
-            metrics.update(batch.metrics)
-        else:
-            batch = None
-        if batch is not None and batch.num_response_tokens > 0:
-            old = self.backend.compute_logprobs(batch) if cfg.backend.old_logprobs == "recompute" else None
-            if old is not None and self.run_store is not None:  # shown beside the rollout's in the token view
-                attach_trainer_logprobs(groups, old, merge=alg.merge_turns)
-            ref = (
-                self.backend.compute_logprobs(batch, reference=True)
-                if cfg.algorithm.loss.kl_coef > 0
-                else None
-            )
-            metrics.update(
-                self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref)
-            )
-            metrics.update(self.backend.optim_step())
-            metrics["perf/train_tokens_per_s"] = batch.num_tokens / max(time.perf_counter() - t1, 1e-9)
-        else:
-            # No group carried signal: nothing to learn from, but the step (and data position) still advance.
-            logger.info("step %d: every group was filtered out; skipping the update", step)
-            self.backend.skip_step()
-            metrics["train/skipped"] = 1.0
-        metrics["time/train_s"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        self._sync_weights(f"step {step + 1}")
-        metrics["time/sync_s"] = time.perf_counter() - t2
-        if self.run_store is not None:  # written with this step's metrics, in one transaction
-            self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
-        metrics["time/step_s"] = time.perf_counter() - t0
-        return metrics
+    def _update(self, prepared: PreparedBatch) -> dict[str, float]:
+        """Forward/backward over the prepared batch, then one optimizer step; returns the train/* metrics."""
+        cfg, batch = self.cfg, prepared.batch
+        # The ratio's behaviour logprobs: the engine's (already in the batch) or a trainer pass before the update.
+        old = self.backend.compute_logprobs(batch) if cfg.backend.old_logprobs == "recompute" else None
+        if old is not None and self.run_store is not None:  # shown beside the rollout's in the token view
+            prepared.record_trainer_logprobs(old)
+        # The frozen reference model's logprobs, only for a loss with a KL term to it.
+        ref = self.backend.compute_logprobs(batch, reference=True) if cfg.algorithm.loss.kl_coef > 0 else None
+        out = dict(
+            self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref)
+        )
+        out.update(self.backend.optim_step())
+        return out
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> TrainResult:
@@ -395,6 +343,14 @@ class AgentTrainer:
             self.run_store.finish(asdict(result))
         return result
 
+    def _evaluates_at(self, done: int) -> bool:
+        """Whether the held-out eval runs after ``done`` steps: every ``eval.every_steps``, and at the end
+        with ``eval.after``."""
+        ev, steps = self.cfg.eval, self.cfg.trainer.steps
+        if done == steps:
+            return ev.after
+        return bool(ev.every_steps) and done % ev.every_steps == 0
+
     def _open_run_store(self, ckpt: Path | None) -> RunWriter | None:
         """This run's row in the run store (a resumed run continues its own); None when it is turned off."""
         t = self.cfg.trainer
@@ -419,7 +375,7 @@ class AgentTrainer:
         # Before the sinks open the file: lines a killed run wrote after its last checkpoint are redone, and a
         # run that starts at step 0 (a killed run that left no complete checkpoint) redoes all of them.
         redone_after = load_loop_state(resume_from)["step"] if resume_from is not None else -1
-        _drop_metrics_after(self.run_dir / "metrics.jsonl", redone_after)
+        drop_metrics_after(self.run_dir / "metrics.jsonl", redone_after)
         sinks = build_sinks(
             cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS
         )
@@ -437,31 +393,27 @@ class AgentTrainer:
                 ev = self.evaluate(0)
                 eval_history.append({"step": 0, **ev})
                 metrics_logger.log(0, ev)
-            t_loop = time.perf_counter()
-            for step in range(start_step, cfg.trainer.steps):
-                metrics = self.train_step(step)
-                done = step + 1
-                per_step = (time.perf_counter() - t_loop) / (done - start_step)
-                metrics["time/eta_s"] = per_step * (cfg.trainer.steps - done)
-                if cfg.eval.every_steps and done % cfg.eval.every_steps == 0 and done < cfg.trainer.steps:
-                    ev = self.evaluate(done)
-                    eval_history.append({"step": done, **ev})
-                    metrics.update(ev)
-                if cfg.eval.after and done == cfg.trainer.steps:
-                    ev = self.evaluate(done)
-                    eval_history.append({"step": done, **ev})
-                    metrics.update(ev)
-                metrics_logger.log(done, metrics)
-                if (
-                    cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0
-                ) or done == cfg.trainer.steps:
-                    save_checkpoint(
-                        self.run_dir,
-                        done,
-                        self.backend,
-                        {"step": done, "eval_history": eval_history},
-                        keep=cfg.trainer.keep_checkpoints,
-                    )
+            with timed("loop") as loop:
+                for step in range(start_step, cfg.trainer.steps):
+                    metrics = self.train_step(step)
+                    done = step + 1
+                    # The mean time per step so far (evals and checkpoints included) times the steps left.
+                    metrics["time/eta_s"] = loop.seconds / (done - start_step) * (cfg.trainer.steps - done)
+                    if self._evaluates_at(done):
+                        ev = self.evaluate(done)
+                        eval_history.append({"step": done, **ev})
+                        metrics.update(ev)
+                    metrics_logger.log(done, metrics)
+                    if (
+                        cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0
+                    ) or done == cfg.trainer.steps:
+                        save_checkpoint(
+                            self.run_dir,
+                            done,
+                            self.backend,
+                            {"step": done, "eval_history": eval_history},
+                            keep=cfg.trainer.keep_checkpoints,
+                        )
         result.eval_history = eval_history
         accs = {h["step"]: h["eval/accuracy"] for h in eval_history}
         result.initial_accuracy = accs.get(0)
@@ -470,7 +422,7 @@ class AgentTrainer:
         self.backend.export_model(result.final_model_dir)
         self.engine.tokenizer.save_pretrained(result.final_model_dir)
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
-            _try_plot(self.run_dir)
+            try_plot(self.run_dir)
         return result
 
 
@@ -498,88 +450,3 @@ def check_staleness(episodes: list[Episode], version: int, max_staleness: int) -
             f"version {version} and rollout.max_staleness={max_staleness}: the engine is not sampling from the "
             "synced weights; refusing to train on them"
         )
-
-
-def shapers_from_config(cfg: TrainConfig) -> list[Shaper]:
-    """The reward shapers ``algorithm.shaping`` turns on."""
-    sh = cfg.algorithm.shaping
-    out: list[Shaper] = []
-    if sh.format_regex is not None:
-        out.append(format_bonus(sh.format_regex, bonus=sh.format_bonus, penalty=sh.format_penalty))
-    if sh.overlong_buffer:
-        out.append(
-            overlong_penalty(
-                max_tokens=cfg.rollout.max_tokens, buffer=sh.overlong_buffer, coef=sh.overlong_coef
-            )
-        )
-    return out
-
-
-def _estimator_names(estimator: str | dict[str, str]) -> set[str]:
-    return set(estimator.values()) if isinstance(estimator, dict) else {estimator}
-
-
-def _uses(estimator: str | dict[str, str], name: str) -> bool:
-    return name in _estimator_names(estimator)
-
-
-def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
-    """Rollout metrics of one step: reward, accuracy, lengths, termination reasons."""
-    rewards = [e.reward or 0.0 for e in episodes]
-    lengths = [len(s.response_ids) for e in episodes for t in e.trajectories for s in t.steps]
-    out = summarize(rewards, "reward")
-    out.update(summarize([float(x) for x in lengths] or [0.0], "response_len"))
-    graded = [e.is_correct for e in episodes if e.is_correct is not None]
-    if graded:
-        out["accuracy"] = float(np.mean(graded))
-    out["episodes"] = float(len(episodes))
-    # What flows report per episode (assembly/*, signal/*, episode_time_s): averaged over the step.
-    keys = sorted({k for e in episodes for k in e.metrics})
-    for k in keys:
-        vals = [e.metrics[k] for e in episodes if k in e.metrics]
-        out[k if "/" in k else f"episode/{k}"] = float(np.mean(vals))
-    for reason, n in Counter(e.termination_reason.value for e in episodes).items():
-        out[f"termination/{reason}"] = n / len(episodes)
-    out["episodes/failed"] = float(sum(e.failed for e in episodes))
-    return out
-
-
-def _drop_metrics_after(path: Path, step: int) -> None:
-    """Forget the metric lines of steps after ``step`` (``-1``: every line), which this run is about to redo:
-    a killed run wrote them after its last complete checkpoint. Lines cut short by the kill go too."""
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines()
-    kept = []
-    for line in lines:
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                kept.append(line)
-        except json.JSONDecodeError:  # a line cut by the kill
-            continue
-    if len(kept) == len(lines):
-        return
-    logger.warning(
-        "dropping %d line(s) of %s %s: a killed run wrote them and this run redoes them",
-        len(lines) - len(kept),
-        path,
-        f"after step {step}" if step >= 0 else "(no checkpoint to resume)",
-    )
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(k + "\n" for k in kept))
-    tmp.replace(path)
-
-
-def _try_plot(run_dir: Path) -> None:
-    try:
-        from rllm.utils.metrics import plot_metrics
-
-        plot_metrics(
-            run_dir / "metrics.jsonl",
-            run_dir / "metrics.png",
-            ["reward/mean", "eval/accuracy", "response_len/mean", "train/entropy"],
-        )
-    except ImportError:
-        logger.info("matplotlib not installed; skipping metrics.png")
-    except ValueError as exc:
-        logger.info("no plot: %s", exc)

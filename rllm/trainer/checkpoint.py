@@ -1,11 +1,15 @@
-"""Checkpoint directories: ``<run>/checkpoints/step_000010/`` written atomically, newest named in ``latest``."""
+"""Checkpoint directories: ``<run>/checkpoints/step_000010/`` written atomically, newest named in ``latest``;
+and what a resumed run forgets of the run it continues (``drop_metrics_after``)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 LOOP_STATE = "loop_state.json"
 
@@ -49,3 +53,29 @@ def _prune(run_dir: Path, keep: int) -> None:
     steps = sorted(p for p in (run_dir / "checkpoints").glob("step_*") if not p.name.endswith(".tmp"))
     for old in steps[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def drop_metrics_after(path: Path, step: int) -> None:
+    """Forget the metric lines of steps after ``step`` (``-1``: every line), which this run is about to redo:
+    a killed run wrote them after its last complete checkpoint. Lines cut short by the kill go too."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                kept.append(line)
+        except json.JSONDecodeError:  # a line cut by the kill
+            continue
+    if len(kept) == len(lines):
+        return
+    logger.warning(
+        "dropping %d line(s) of %s %s: a killed run wrote them and this run redoes them",
+        len(lines) - len(kept),
+        path,
+        f"after step {step}" if step >= 0 else "(no checkpoint to resume)",
+    )
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(k + "\n" for k in kept))
+    tmp.replace(path)
