@@ -24,6 +24,23 @@ from rllm.utils.config import did_you_mean
 
 def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     """Refuse, before anything loads, a config the backend cannot honour. One line per problem."""
+    _check_capabilities(cfg, capabilities)
+    _check_backend(cfg, capabilities)
+    _check_placement(cfg)
+    _check_old_logprobs(cfg, capabilities)
+    _check_estimators(cfg)
+    if cfg.rollout.temperature == 0:
+        raise UnsupportedConfigError(
+            "rollout.temperature=0 samples one answer per task, leaving no signal: use > 0"
+        )
+    _check_env_pairing(cfg)
+    _check_dataset(cfg)
+    _check_shaping_and_credit(cfg)
+    _check_store_and_loggers(cfg)
+
+
+def _check_capabilities(cfg: TrainConfig, capabilities: Any) -> None:
+    """What the backend declares it can do: the loss, LoRA or full fine-tuning, a KL to a reference."""
     loss = cfg.algorithm.loss
     if loss.name not in capabilities.losses:
         raise UnsupportedConfigError(
@@ -39,6 +56,10 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0"
         )
+
+
+def _check_backend(cfg: TrainConfig, capabilities: Any) -> None:
+    """backend.* knobs that exclude each other, or that this backend lacks."""
     if cfg.lora.enabled and cfg.backend.gradient_checkpointing and cfg.lora.dropout > 0:
         raise UnsupportedConfigError(
             "lora.dropout > 0 with backend.gradient_checkpointing=true recomputes different dropout masks in "
@@ -57,16 +78,22 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             f"backend '{capabilities.name}' cannot share prompt prefixes: drop backend.share_prefix"
         )
-    _check_placement(cfg)
+
+
+def _check_old_logprobs(cfg: TrainConfig, capabilities: Any) -> None:
     if cfg.backend.old_logprobs == "recompute" and not capabilities.recompute_old_logprobs:
         raise UnsupportedConfigError(
             f"backend '{capabilities.name}' cannot recompute old logprobs: set backend.old_logprobs=rollout"
         )
-    if loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
+    if cfg.algorithm.loss.tis_cap is not None and cfg.backend.old_logprobs != "recompute":
         raise UnsupportedConfigError(
             "algorithm.loss.tis_cap corrects between trainer and rollout logprobs, so it needs "
             "backend.old_logprobs=recompute"
         )
+
+
+def _check_estimators(cfg: TrainConfig) -> None:
+    """Group-relative estimators need groups; algorithm.std needs an estimator that divides by one."""
     adv = cfg.algorithm.advantage
     estimators = set(adv.values() if isinstance(adv, dict) else [adv])
     group_relative = sorted(estimators & {"grpo", "dr_grpo", "rloo"})
@@ -82,12 +109,9 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
             "algorithm.std picks the std that grpo (with algorithm.norm_std=true) and reinforce_pp divide by, and "
             f"the estimator(s) in use ({', '.join(sorted(estimators))}) divide by none: drop algorithm.std"
         )
-    if cfg.rollout.temperature == 0:
-        raise UnsupportedConfigError(
-            "rollout.temperature=0 samples one answer per task, leaving no signal: use > 0"
-        )
-    _check_env_pairing(cfg)
-    _check_dataset(cfg)
+
+
+def _check_shaping_and_credit(cfg: TrainConfig) -> None:
     sh = cfg.algorithm.shaping
     if sh.overlong_buffer > cfg.rollout.max_tokens:
         raise UnsupportedConfigError(
@@ -108,6 +132,9 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
         raise UnsupportedConfigError(
             "algorithm.step_weight weighs per_state credit's step level: set algorithm.credit=per_state"
         )
+
+
+def _check_store_and_loggers(cfg: TrainConfig) -> None:
     t, default_sample = cfg.trainer, type(cfg.trainer).model_fields["store_episodes_per_step"].default
     if not t.store_enabled and (t.store is not None or t.store_episodes_per_step != default_sample):
         raise UnsupportedConfigError(
