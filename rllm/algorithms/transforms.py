@@ -19,7 +19,7 @@ from typing import Literal, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from rllm.algorithms.advantages import get_advantage_estimator
+from rllm.algorithms.advantages import AdvantageEstimator, get_advantage_estimator
 from rllm.types import Episode, Step, TrainBatch, TrainSequence, Trajectory
 
 # A group whose reward std is below this carries no learning signal for group-relative estimators.
@@ -254,19 +254,7 @@ def compute_advantages(
         groups_by_role.setdefault(group.trajectory_name, []).append(group)
 
     # resolve every role's estimator and options before touching any step, so a bad option changes nothing
-    plans = []
-    used_kwargs: set[str] = set()
-    for role, role_groups in groups_by_role.items():
-        fn = get_advantage_estimator(_estimator_for_role(estimator, role))
-        kwargs = _accepted_kwargs(fn, estimator_kwargs)
-        used_kwargs.update(kwargs)
-        plans.append((fn, kwargs, role_groups))
-    unused = sorted(set(estimator_kwargs) - used_kwargs)
-    if unused and groups:
-        raise ValueError(
-            f"Advantage option(s) {unused} are not accepted by the estimator(s) in use ({estimator!r}); "
-            "remove them or pick an estimator that takes them."
-        )
+    plans = _plan_estimators(groups_by_role, estimator, estimator_kwargs, any_groups=bool(groups))
 
     if credit not in CREDITS:
         raise ValueError(f"credit must be one of {', '.join(CREDITS)}; not {credit!r}")
@@ -278,21 +266,10 @@ def compute_advantages(
     for fn, kwargs, role_groups in plans:
         if credit == "per_state":
             all_advantages += _per_state_advantages(fn, kwargs, role_groups, gamma, step_weight)
-            continue
-        if credit == "trajectory":
-            advantages_by_group = fn([g.rewards for g in role_groups], **kwargs)
-            for group, advantages_G in zip(role_groups, advantages_by_group):
-                for (_, traj), advantage in zip(group.members, advantages_G):
-                    for step in traj.steps:
-                        step.advantage = float(advantage)
-                all_advantages.append(np.asarray(advantages_G, dtype=np.float64))
-            continue
-        advantages_by_group = fn([step_returns(g, gamma) for g in role_groups], **kwargs)
-        for group, advantages_S in zip(role_groups, advantages_by_group):
-            steps = [step for _, traj in group.members for step in traj.steps]
-            for step, advantage in zip(steps, advantages_S):
-                step.advantage = float(advantage)
-            all_advantages.append(np.asarray(advantages_S, dtype=np.float64))
+        elif credit == "trajectory":
+            all_advantages += _trajectory_advantages(fn, kwargs, role_groups)
+        else:
+            all_advantages += _per_step_advantages(fn, kwargs, role_groups, gamma)
 
     advantages_N = np.concatenate(all_advantages) if all_advantages else np.zeros(0)
     if advantages_N.size == 0:
@@ -305,8 +282,61 @@ def compute_advantages(
     }
 
 
+def _plan_estimators(
+    groups_by_role: dict[str, list[TrajectoryGroup]],
+    estimator: str | dict[str, str],
+    estimator_kwargs: dict[str, object],
+    *,
+    any_groups: bool,
+) -> list[tuple[AdvantageEstimator, dict[str, object], list[TrajectoryGroup]]]:
+    """(estimator, the options it accepts, its groups) per role; ValueError for an option none accepts."""
+    plans = []
+    used_kwargs: set[str] = set()
+    for role, role_groups in groups_by_role.items():
+        fn = get_advantage_estimator(_estimator_for_role(estimator, role))
+        kwargs = _accepted_kwargs(fn, estimator_kwargs)
+        used_kwargs.update(kwargs)
+        plans.append((fn, kwargs, role_groups))
+    unused = sorted(set(estimator_kwargs) - used_kwargs)
+    if unused and any_groups:
+        raise ValueError(
+            f"Advantage option(s) {unused} are not accepted by the estimator(s) in use ({estimator!r}); "
+            "remove them or pick an estimator that takes them."
+        )
+    return plans
+
+
+def _trajectory_advantages(
+    fn: AdvantageEstimator, kwargs: dict[str, object], role_groups: list[TrajectoryGroup]
+) -> list[np.ndarray]:
+    """credit="trajectory": one advantage per trajectory, broadcast to all of its steps."""
+    out = []
+    for group, advantages_G in zip(role_groups, fn([g.rewards for g in role_groups], **kwargs)):
+        for (_, traj), advantage in zip(group.members, advantages_G):
+            for step in traj.steps:
+                step.advantage = float(advantage)
+        out.append(np.asarray(advantages_G, dtype=np.float64))
+    return out
+
+
+def _per_step_advantages(
+    fn: AdvantageEstimator,
+    kwargs: dict[str, object],
+    role_groups: list[TrajectoryGroup],
+    gamma: float,
+) -> list[np.ndarray]:
+    """credit="per_step": each step's discounted return, compared with every step of its group."""
+    out = []
+    for group, advantages_S in zip(role_groups, fn([step_returns(g, gamma) for g in role_groups], **kwargs)):
+        steps = [step for _, traj in group.members for step in traj.steps]
+        for step, advantage in zip(steps, advantages_S):
+            step.advantage = float(advantage)
+        out.append(np.asarray(advantages_S, dtype=np.float64))
+    return out
+
+
 def _per_state_advantages(
-    fn: Callable[..., list[np.ndarray]],
+    fn: AdvantageEstimator,
     kwargs: dict[str, object],
     groups: list[TrajectoryGroup],
     gamma: float,
