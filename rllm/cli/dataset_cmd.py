@@ -120,7 +120,8 @@ def run_dataset_list(args: argparse.Namespace) -> int:
 
 def run_dataset_pull(args: argparse.Namespace) -> int:
     """Pull catalog dataset ``args.name`` and print its splits and directory."""
-    from rllm.data.catalog import CATALOG, DatasetPullError, pull
+    from rllm.data.catalog import CATALOG
+    from rllm.data.hub import DatasetPullError, pull
 
     registry = DatasetRegistry()
     if args.name not in CATALOG:

@@ -13,7 +13,7 @@ source, created time). The root is ``$RLLM_DATASETS_DIR``, else ``<rllm cache>/d
     rows = registry.load("mine", "train", limit=100)
     registry.load("larger", "test", limit=50)      # built-in: generated, nothing to register or pull
 
-Hub benchmarks (gsm8k, MATH-500, ...) are pulled into the registry by ``rllm.data.catalog.pull``.
+Hub benchmarks (gsm8k, MATH-500, ...) are pulled into the registry by ``rllm.data.hub.pull``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from rllm.data.catalog import CATALOG
 from rllm.data.schema import (
     InvalidTaskError,
     Task,
@@ -363,8 +364,6 @@ def _now() -> str:
 
 
 def _not_found_message(name: str) -> str:
-    from rllm.data.catalog import CATALOG
-
     if name in CATALOG:
         return (
             f"dataset {name!r} is in the catalog but not pulled yet: run `rllm dataset pull {name}` "

@@ -101,7 +101,7 @@ class LocalUpstream:
 
     def __init__(self, engine: Any, *, tool_format: str = "hermes") -> None:
         from rllm.inference.chat_template import ChatRenderer
-        from rllm.tools.parsers import get_tool_parser
+        from rllm.tool_calls import get_tool_parser
 
         self.engine = engine
         self.name = "local"
