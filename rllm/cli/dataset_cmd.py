@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rllm.data.catalog import CATALOG
+from rllm.data.hub import DatasetPullError, pull
 from rllm.data.registry import (
     DatasetInfo,
     DatasetNotFoundError,
@@ -101,7 +103,6 @@ def _splits_text(info: DatasetInfo) -> str:
 
 def run_dataset_list(args: argparse.Namespace) -> int:
     """One line per dataset: name, where it comes from, reward, splits, description (tab-separated)."""
-    from rllm.data.catalog import CATALOG
 
     infos = DatasetRegistry().list()
     local = {info.name for info in infos}
@@ -120,8 +121,6 @@ def run_dataset_list(args: argparse.Namespace) -> int:
 
 def run_dataset_pull(args: argparse.Namespace) -> int:
     """Pull catalog dataset ``args.name`` and print its splits and directory."""
-    from rllm.data.catalog import CATALOG
-    from rllm.data.hub import DatasetPullError, pull
 
     registry = DatasetRegistry()
     if args.name not in CATALOG:

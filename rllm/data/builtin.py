@@ -18,6 +18,8 @@ import random
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from rllm.envs.frozenlake import frozenlake_tasks
+
 logger = logging.getLogger(__name__)
 
 SUFFIX = "Answer with just the number."
@@ -199,8 +201,6 @@ def make_tasks(name: str, split: str, size: int, seed: int = 0) -> list[dict[str
     """Generate ``size`` tasks of kind ``name`` for ``split`` ("train" or "test"); see the module docstring
     for why the two never share a question."""
     if name == "frozenlake":
-        from rllm.envs.frozenlake import frozenlake_tasks
-
         return frozenlake_tasks(split, size, seed=seed)
     if name not in GENERATORS:
         raise ValueError(

@@ -33,7 +33,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from rllm.data.builtin import held_out_count, make_tasks
 from rllm.data.catalog import CATALOG
+from rllm.data.code_problems import PROBLEMS, code_problem_tasks
 from rllm.data.schema import (
     InvalidTaskError,
     Task,
@@ -44,7 +46,10 @@ from rllm.data.schema import (
     validate_task,
     validate_tasks,
 )
+from rllm.envs.frozenlake import frozenlake_tasks
 from rllm.models import cache_dir
+from rllm.rewards.countdown import countdown_tasks
+from rllm.rewards.registry import ground_truth_check, reward_names
 
 __all__ = [
     "BuiltinDataset",
@@ -108,8 +113,6 @@ def _check_name(name: str, what: str = "dataset name") -> None:
 
 
 def _check_reward(reward: str | None) -> None:
-    from rllm.rewards.registry import reward_names
-
     if reward is not None and reward not in reward_names():
         raise ValueError(
             f"unknown reward {reward!r}: choose one of {', '.join(reward_names())}, or register your own with "
@@ -121,7 +124,6 @@ def _refuse_ungradable(rows: Iterable[tuple[int, dict[str, Any]]], reward: str |
     """Raise ``InvalidTaskError`` at the first ``(index, row)`` that ``reward`` cannot grade (its ground-truth
     check, if it declares one, says why), naming the row: a bad row is refused where the dataset enters a
     run, not episode by episode in the middle of one."""
-    from rllm.rewards.registry import ground_truth_check
 
     check = ground_truth_check(reward) if reward is not None else None
     if check is None:
@@ -380,28 +382,20 @@ def _not_found_message(name: str) -> str:
 
 def _arithmetic(name: str) -> Callable[[str, int, int], list[dict[str, Any]]]:
     def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-        from rllm.data.builtin import make_tasks
-
         return [{**task, "metadata": {}} for task in make_tasks(name, split, n, seed)]
 
     return generate
 
 
 def _countdown(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    from rllm.rewards.countdown import countdown_tasks
-
     return [{"metadata": {}, **task} for task in countdown_tasks(split, n, seed=seed)]
 
 
 def _frozenlake(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    from rllm.envs.frozenlake import frozenlake_tasks
-
     return frozenlake_tasks(split, n, seed=seed)
 
 
 def _code_problems(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    from rllm.data.code_problems import code_problem_tasks
-
     return code_problem_tasks(split)[:n]
 
 
@@ -423,7 +417,6 @@ def builtin_datasets() -> Mapping[str, BuiltinDataset]:
         for name, about in _ARITHMETIC.items()
     }
     # add and count_letter hold out fewer questions than the usual 200: all of them are their test split.
-    from rllm.data.builtin import held_out_count
 
     for name, about in _ARITHMETIC.items():
         held_out = held_out_count(name)
@@ -448,7 +441,6 @@ def builtin_datasets() -> Mapping[str, BuiltinDataset]:
         _frozenlake,
         {"train": 500, "test": 100},
     )
-    from rllm.data.code_problems import PROBLEMS
 
     sizes = {s: sum(p.split == s for p in PROBLEMS) for s in ("train", "test")}
     table["code_problems"] = BuiltinDataset(

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv
 from rllm.rewards.types import RewardFn, RewardResult
 from rllm.sdk.decorators import AgentConfig, EvalResult, Rollout, evaluator, rollout
 from rllm.types import Episode
+from rllm.workflows.multi_turn import play
 from rllm.workflows.single_turn import question_messages
 
 
@@ -55,8 +57,6 @@ def reward_evaluator(reward_fn: RewardFn) -> Any:
 def frozenlake_flow(max_turns: int = 5, history_turns: int | None = 0) -> Rollout:
     """Play the task's FrozenLake map, one chat call per move, with the training workflow's own loop
     (``rllm.workflows.multi_turn.play``) and agent; the defaults are ``examples/frozenlake``'s."""
-    from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv
-    from rllm.workflows.multi_turn import play
 
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")

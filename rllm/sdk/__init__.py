@@ -18,7 +18,7 @@ __all__ = ["AgentConfig", "EvalResult", "Evaluator", "GatewayWorkflow", "Rollout
 
 def __getattr__(name: str):  # GatewayWorkflow pulls in httpx and the engine: import on first use
     if name == "GatewayWorkflow":
-        from rllm.sdk.workflow import GatewayWorkflow
+        from rllm.sdk.workflow import GatewayWorkflow  # the engine and the gateway: agent code needs neither
 
         return GatewayWorkflow
     raise AttributeError(f"module 'rllm.sdk' has no attribute {name!r}")

@@ -31,9 +31,17 @@ from rllm.algorithms.transforms import (
     state_signal,
     step_returns,
 )
+from rllm.data.registry import DatasetRegistry
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.gateway.upstreams import LocalUpstream
 from rllm.inference.base import SamplingParams
+from rllm.models import resolve_model
 from rllm.rewards.shaping import Shaper, apply_shaping, format_bonus, overlong_penalty
+from rllm.sdk.decorators import Rollout
+from rllm.sdk.workflow import GatewayWorkflow
 from rllm.store import RunWriter, default_store_path
 from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
@@ -43,7 +51,8 @@ from rllm.trainer.config import TrainConfig
 from rllm.trainer.engines import build_engine
 from rllm.types import Episode
 from rllm.utils.config import dump_config
-from rllm.utils.metrics import MetricsLogger, build_sinks, summarize
+from rllm.utils.metrics import MetricsLogger, build_sinks, plot_metrics, summarize
+from rllm.workflows.builtin import build_workflow
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +99,6 @@ class AgentTrainer:
         test_tasks: list[dict[str, Any]] | None = None,
         reward_shaping: list[Shaper] | None = None,
     ) -> None:
-        from rllm.data.registry import DatasetRegistry
-        from rllm.models import resolve_model
-        from rllm.sdk.decorators import Rollout
-        from rllm.workflows.builtin import build_workflow
-
         self.cfg = config
         check_config(config, backend_capabilities(config.backend.name))
         # An @rllm.rollout flow talks to the model over HTTP: the trainer serves its engine behind an
@@ -171,12 +175,6 @@ class AgentTrainer:
         self.filters = FilterConfig(**cfg.algorithm.filters.model_dump())
 
     def _start_gateway(self) -> Workflow:
-        from rllm.gateway.app import create_app
-        from rllm.gateway.server import GatewayServer
-        from rllm.gateway.traces import TraceStore
-        from rllm.gateway.upstreams import LocalUpstream
-        from rllm.sdk.workflow import GatewayWorkflow
-
         if getattr(self.engine, "gateway_urls", None):  # the engine's own gateway(s) (a vLLM pool)
             self.trace_store = self.engine.trace_store
             logger.info(
@@ -573,8 +571,6 @@ def _drop_metrics_after(path: Path, step: int) -> None:
 
 def _try_plot(run_dir: Path) -> None:
     try:
-        from rllm.utils.metrics import plot_metrics
-
         plot_metrics(
             run_dir / "metrics.jsonl",
             run_dir / "metrics.png",

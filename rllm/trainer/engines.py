@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 
 ENGINES = ("local", "vllm")
@@ -22,7 +23,7 @@ def build_engine(cfg: TrainConfig, model_path: str, *, run_dir: Path) -> Any:
     """The rollout engine ``cfg.inference.engine`` names, ready to sample from ``model_path``."""
     name = cfg.inference.engine
     if name == "local":
-        from rllm.inference.local import LocalEngine, pick_device
+        from rllm.inference.local import LocalEngine, pick_device  # transformers: only this engine needs it
 
         return LocalEngine.from_pretrained(
             model_path,
@@ -32,8 +33,7 @@ def build_engine(cfg: TrainConfig, model_path: str, *, run_dir: Path) -> Any:
             seed=cfg.trainer.seed,
         )
     if name == "vllm":
-        from rllm.trainer.backends.base import UnsupportedConfigError
-        from rllm.trainer.vllm_pool import VLLMPoolEngine, VLLMPoolError
+        from rllm.trainer.vllm_pool import VLLMPoolEngine, VLLMPoolError  # aiohttp and the gateway: vllm only
 
         engine = VLLMPoolEngine.from_config(
             cfg,
