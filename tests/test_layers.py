@@ -45,14 +45,20 @@ def test_the_layer_contract_is_kept() -> None:
     assert " kept, 0 broken." in proc.stdout, proc.stdout
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
+def test_an_upward_import_and_torch_in_agent_code_break_the_contracts(tmp_path: Path) -> None:
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copytree(ROOT / "rllm", tmp_path / "rllm", ignore=shutil.ignore_patterns("__pycache__", "static"))
-    types_py = tmp_path / "rllm" / "types.py"
-    types_py.write_text(types_py.read_text() + "\nfrom rllm.trainer.config import TrainConfig  # noqa\n")
+    for module, line in [
+        ("types.py", "from rllm.trainer.config import TrainConfig"),
+        ("tools/tool.py", "import torch"),
+    ]:
+        path = tmp_path / "rllm" / module
+        path.write_text(path.read_text() + f"\n{line}  # noqa\n")
     proc = lint_imports(tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "rllm.types is not allowed to import rllm.trainer" in proc.stdout, proc.stdout
+    assert "rllm.tools is not allowed to import torch" in proc.stdout, proc.stdout
+    assert "Contracts: 0 kept, 2 broken." in proc.stdout, proc.stdout
 
 
 # h1 removes this: building a workflow from TrainConfig moves out of workflows/builtin.py into the trainer.

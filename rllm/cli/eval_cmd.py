@@ -21,10 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rllm.rewards.instructions import answer_instruction
-from rllm.rewards.registry import get_reward
-from rllm.sandbox import SandboxUnavailable
-
 
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -143,6 +139,9 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rllm.eval.datasets import eval_tasks
     from rllm.eval.flows import chat_flow, frozenlake_flow, reward_evaluator
     from rllm.eval.runner import EvalSpec, run_eval
+    from rllm.rewards.instructions import answer_instruction
+    from rllm.rewards.registry import get_reward
+    from rllm.sandbox import SandboxUnavailable
     from rllm.store import StoreError, default_store_path
 
     if args.base_url and not args.model:

@@ -7,8 +7,6 @@ import os
 import sys
 from typing import Any
 
-from rllm.gateway.upstreams import UpstreamError
-
 
 def add_gateway_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -96,6 +94,7 @@ def add_gateway_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_gateway(args: argparse.Namespace) -> int:
     # Imported here: the server pulls in uvicorn and Starlette, which `rllm --help` should not wait for.
     from rllm.gateway.server import serve
+    from rllm.gateway.upstreams import UpstreamError
 
     if not 0 < args.port < 65536:
         print(f"rllm gateway: error: --port must be 1-65535, not {args.port}", file=sys.stderr)
@@ -134,10 +133,9 @@ def _run_workers(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from rllm.gateway.pool import (
-        GatewayProcesses,
-        GatewayWorkerDied,
-    )  # uvicorn, Starlette: not at `rllm --help`
+    # the gateway's processes: uvicorn and Starlette, not at `rllm --help`
+    from rllm.gateway.pool import GatewayProcesses, GatewayWorkerDied
+    from rllm.gateway.upstreams import UpstreamError
 
     stopping = False
 
