@@ -124,7 +124,6 @@ def _refuse_ungradable(rows: Iterable[tuple[int, dict[str, Any]]], reward: str |
     """Raise ``InvalidTaskError`` at the first ``(index, row)`` that ``reward`` cannot grade (its ground-truth
     check, if it declares one, says why), naming the row: a bad row is refused where the dataset enters a
     run, not episode by episode in the middle of one."""
-
     check = ground_truth_check(reward) if reward is not None else None
     if check is None:
         return

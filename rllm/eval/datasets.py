@@ -11,7 +11,6 @@ def eval_tasks(name: str, split: str, max_examples: int | None) -> tuple[list[di
     """``(rows, reward name)`` of dataset ``name`` (built-in, registered, or pulled from the catalog);
     ``"frozenlake"`` as the reward means the environment itself scores each episode. An unknown name (or
     a catalog entry not pulled yet) raises ``DatasetNotFoundError`` saying how to get it."""
-
     registry = DatasetRegistry()
     info = registry.info(name)
     rows = registry.load(name, split, limit=max_examples)

@@ -57,7 +57,6 @@ def reward_evaluator(reward_fn: RewardFn) -> Any:
 def frozenlake_flow(max_turns: int = 5, history_turns: int | None = 0) -> Rollout:
     """Play the task's FrozenLake map, one chat call per move, with the training workflow's own loop
     (``rllm.workflows.multi_turn.play``) and agent; the defaults are ``examples/frozenlake``'s."""
-
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     FrozenLakeAgent(history_turns=history_turns)  # refuse a bad history_turns now, not once per episode

@@ -213,7 +213,6 @@ def run_eval(
 ) -> EvalSummary:
     """Run ``flow`` ``spec.n`` times on each of ``tasks`` (skipping samples already in ``spec.output``),
     append each result to ``spec.output`` as it finishes, and summarise the whole file."""
-
     if not tasks:
         raise ValueError(f"dataset {spec.dataset!r} split {spec.split!r} has no rows to evaluate")
     ids = [task_id_of(t) for t in tasks]

@@ -102,7 +102,6 @@ def serve(
     upstreams for their dialect and model first (the parent did, and passes both). ``weight_version``: the
     version an HTTP upstream's traces record until ``POST /admin/policy`` sets another (a restarted worker
     starts at its siblings' version)."""
-
     store = TraceStore(store_path, fsync=fsync)
     upstream = build_upstream(
         model,
@@ -189,7 +188,6 @@ def probe_upstream(
 ) -> tuple[str, str | None]:
     """Blocking: ask the upstream servers what they are; ``(dialect, model name)`` as detected (or as
     given). Raises :class:`~rllm.gateway.upstreams.UpstreamError` when none answers."""
-
     probe = HTTPUpstream(
         upstreams,
         kind=upstream_kind,

@@ -211,7 +211,6 @@ def _check_vllm(cfg: TrainConfig) -> None:
 
 def _check_dataset(cfg: TrainConfig) -> None:
     """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
-
     d = cfg.data
     try:
         info = DatasetRegistry().info(d.task)
@@ -234,7 +233,6 @@ def _check_dataset(cfg: TrainConfig) -> None:
 def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:
     """What runs model-written code (the code reward, the python tool) has real isolation here, or was told
     to do without knowingly: refused now, before the model loads, not at the first episode."""
-
     try:
         if reward is not None:
             get_reward(reward)  # building the code reward checks its sandbox

@@ -70,7 +70,6 @@ def amc(row: dict[str, Any]) -> dict[str, Any]:
 
 def countdown(row: dict[str, Any]) -> dict[str, Any]:
     """Jiayi-Pan/Countdown-Tasks-3to4: ``target`` (int), ``nums`` (list of int)."""
-
     target, numbers = int(row["target"]), [int(n) for n in row["nums"]]
     return {
         "question": countdown_prompt(numbers, target),
