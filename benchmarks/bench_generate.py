@@ -126,8 +126,8 @@ def time_pool(args: argparse.Namespace, prompts: list[list[int]], num_servers: i
     import tempfile
 
     from rllm.inference.base import SamplingParams
-    from rllm.inference.vllm_pool import VLLMPoolEngine
     from rllm.trainer.config import TrainConfig
+    from rllm.trainer.vllm_pool import VLLMPoolEngine
     from rllm.utils.config import load_config
 
     cfg = load_config(

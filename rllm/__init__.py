@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rllm._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from rllm._version import __version__
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {

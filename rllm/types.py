@@ -6,16 +6,19 @@ of **Steps** that role took; a step is one LLM call with the exact token ids the
 produced and the logprob it reported for each produced token. The workflow engine creates episodes; the
 transform pipeline turns them into a **TrainBatch**; the training backend consumes that batch and
 discards it after the optimizer step. An **Outcome** is the verdict on one episode (or one response):
-rewards, evaluators and workflows return one, and the workflow engine copies it onto the Episode.
+rewards, evaluators and workflows return one, and the workflow engine copies it onto the Episode. A **Trace** is what the model gateway records for one
+sampled choice of one request; the engine assembles Steps from a session's traces.
 
 Token in, token out: training uses ``prompt_ids`` / ``response_ids`` as sampled, never re-tokenized text.
 """
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -161,6 +164,63 @@ class Episode(BaseModel):
         return self.termination_reason == TerminationReason.MAX_RESPONSE_LENGTH or any(
             s.truncated for t in self.trajectories for s in t.steps
         )
+
+
+class Trace(BaseModel):
+    """One sampled choice of one gateway request, recorded token-faithfully.
+
+    ``request`` is the validated request as the gateway understood it (messages or prompt, tools, and the
+    sampling params it used). ``response_text`` is the text returned to the client (cut before a stop
+    string when one matched); ``completion_token_ids`` keep every sampled token, the stop string's and the
+    eos token included. ``weight_version`` is the policy version that sampled it. ``trainable`` is false
+    when the upstream could not report token ids and logprobs (a plain OpenAI-compatible server): such a
+    trace documents the call but cannot be trained on. ``upstream`` names the worker that served it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    session_id: str
+    request_id: str
+    choice_index: int = 0
+    created_at: float = Field(default_factory=time.time)
+    endpoint: Literal["chat.completions", "completions"]
+    request: dict[str, Any]
+    response_text: str
+    response_message: dict[str, Any] | None = None
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None = None
+    latency_ms: float
+    weight_version: int = 0
+    trainable: bool = True
+    upstream: str = "local"
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> Trace:
+        if len(self.logprobs) != len(self.completion_token_ids):
+            raise ValueError(
+                f"Trace needs one logprob per completion token: got {len(self.logprobs)} logprobs for "
+                f"{len(self.completion_token_ids)} tokens"
+            )
+        if self.trainable and not self.completion_token_ids and self.finish_reason != "length":
+            # An empty sampled completion is impossible from an engine (eos is itself a token).
+            raise ValueError("a trainable Trace needs its completion token ids")
+        return self
+
+    def public(self) -> dict[str, Any]:
+        """JSON-safe form for the HTTP API: ``-inf`` logprobs (a token the filter had ruled out) become
+        ``-9999.0`` (vLLM's convention), since JSON has no infinities."""
+        data = self.model_dump()
+        data["logprobs"] = [finite_logprob(lp) for lp in self.logprobs]
+        return data
+
+
+def finite_logprob(lp: float) -> float:
+    """JSON has no infinities: ``-inf`` (a token the sampling filter had excluded) becomes -9999.0, as in
+    vLLM's API."""
+    return lp if math.isfinite(lp) else -9999.0
 
 
 class TrainSequence(BaseModel):

@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 from rllm.cli.main import main
 from rllm.inference import chat_template
 from rllm.inference.chat_template import ChatRenderer, TemplateRenderError, check_template
-from rllm.tools.parsers import HermesToolParser, format_tool_call_text
+from rllm.tool_calls import HermesToolParser, format_tool_call_text
 
 WEATHER = {
     "type": "function",

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from rllm.tools.parsers import (
+from rllm.tool_calls import (
     HermesToolParser,
     NoToolParser,
     ToolCall,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rllm.inference.chat_template import TOOL_FORMATS
+from rllm.inference.chat_template import TOOL_FORMATS, check_template
+from rllm.models import ModelNotFoundError, ModelPullError, resolve_model
 
 
 def add_check_template_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -40,9 +41,6 @@ def add_check_template_parser(subparsers: argparse._SubParsersAction) -> argpars
 def run_check_template(args: argparse.Namespace) -> int:
     """Load ``args.model``'s tokenizer, print the drift report, return 0 (no drift), 1 (drift) or 2."""
     from transformers import AutoTokenizer
-
-    from rllm.inference.chat_template import check_template
-    from rllm.models import ModelNotFoundError, ModelPullError, resolve_model
 
     try:
         path = resolve_model(args.model)

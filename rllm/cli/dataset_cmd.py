@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from rllm.data.registry import (
-    DatasetInfo,
-    DatasetNotFoundError,
-    DatasetRegistry,
-    InvalidTaskError,
-    builtin_datasets,
-)
+if TYPE_CHECKING:
+    from rllm.data.registry import DatasetInfo
 
 _SHOW_CHARS = 1500  # inspect shortens longer strings (LiveCodeBench tests, HotpotQA paragraphs)
-_USER_ERRORS = (DatasetNotFoundError, InvalidTaskError, ValueError, TypeError, KeyError, FileNotFoundError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a dataset command reports as one line (a bad name, row, split or file), not as a traceback."""
+    # Imported here, like the registry in every handler: it loads the catalog and the built-in generators,
+    # which `rllm --help` should not wait for.
+    from rllm.data.registry import DatasetNotFoundError, InvalidTaskError
+
+    return (DatasetNotFoundError, InvalidTaskError, ValueError, TypeError, KeyError, FileNotFoundError)
 
 
 def add_dataset_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -101,7 +105,9 @@ def _splits_text(info: DatasetInfo) -> str:
 
 def run_dataset_list(args: argparse.Namespace) -> int:
     """One line per dataset: name, where it comes from, reward, splits, description (tab-separated)."""
+    # with the registry: not at `rllm --help`
     from rllm.data.catalog import CATALOG
+    from rllm.data.registry import DatasetRegistry
 
     infos = DatasetRegistry().list()
     local = {info.name for info in infos}
@@ -120,7 +126,10 @@ def run_dataset_list(args: argparse.Namespace) -> int:
 
 def run_dataset_pull(args: argparse.Namespace) -> int:
     """Pull catalog dataset ``args.name`` and print its splits and directory."""
-    from rllm.data.catalog import CATALOG, DatasetPullError, not_in_catalog, pull
+    # with the registry: not at `rllm --help`
+    from rllm.data.catalog import CATALOG, not_in_catalog
+    from rllm.data.hub import DatasetPullError, pull
+    from rllm.data.registry import DatasetRegistry, builtin_datasets
 
     registry = DatasetRegistry()
     if args.name not in CATALOG:
@@ -139,7 +148,7 @@ def run_dataset_pull(args: argparse.Namespace) -> int:
         files[split] = path
     try:
         info = pull(args.name, registry=registry, force=args.force, files=files or None)
-    except (DatasetPullError, *_USER_ERRORS) as err:
+    except (DatasetPullError, *_user_errors()) as err:
         return _error(err)
     print(f"{info.name}: {_splits_text(info)} -> {info.path}")
     return 0
@@ -152,12 +161,14 @@ def run_dataset_inspect(args: argparse.Namespace) -> int:
     from rich.pretty import Pretty
     from rich.text import Text
 
+    from rllm.data.registry import DatasetRegistry  # not at `rllm --help`
+
     registry = DatasetRegistry()
     try:
         info = registry.info(args.name)
         split = args.split or ("train" if "train" in info.splits else next(iter(info.splits)))
         rows = registry.load(args.name, split, limit=max(args.n, 0))
-    except _USER_ERRORS as err:
+    except _user_errors() as err:
         return _error(err)
     console = Console()
     console.print(
@@ -183,6 +194,8 @@ def run_dataset_inspect(args: argparse.Namespace) -> int:
 
 def run_dataset_register(args: argparse.Namespace) -> int:
     """Register ``args.file`` as ``args.name``/``args.split``."""
+    from rllm.data.registry import DatasetRegistry  # not at `rllm --help`
+
     try:
         info = DatasetRegistry().register_file(
             args.name,
@@ -193,7 +206,7 @@ def run_dataset_register(args: argparse.Namespace) -> int:
             reward=args.reward,
             description=args.description,
         )
-    except _USER_ERRORS as err:
+    except _user_errors() as err:
         return _error(err)
     print(f"{info.name}: {_splits_text(info)} -> {info.path}")
     return 0
@@ -201,9 +214,11 @@ def run_dataset_register(args: argparse.Namespace) -> int:
 
 def run_dataset_remove(args: argparse.Namespace) -> int:
     """Delete registered dataset ``args.name``."""
+    from rllm.data.registry import DatasetRegistry  # not at `rllm --help`
+
     try:
         DatasetRegistry().remove(args.name)
-    except _USER_ERRORS as err:
+    except _user_errors() as err:
         return _error(err)
     print(f"removed {args.name}")
     return 0

@@ -135,6 +135,7 @@ def default_output(dataset: str, split: str, model: str) -> Path:
 def check_names(args: argparse.Namespace) -> None:
     """The names an eval gives (dataset, split, reward) are refused before the dataset or the model loads,
     each in one line with a did-you-mean (``DatasetNotFoundError``, ``UnknownRewardError``)."""
+    # with the registry and the rewards: not at `rllm --help`
     from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
     from rllm.rewards.registry import UnknownRewardError, reward_names
     from rllm.utils.config import did_you_mean, unknown_name
@@ -156,6 +157,8 @@ def check_names(args: argparse.Namespace) -> None:
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
+    # Imported here: the runner pulls in the gateway (Starlette, uvicorn) and the store (numpy), which
+    # `rllm --help` should not wait for.
     from rich.console import Console
 
     from rllm.envs.registry import is_env

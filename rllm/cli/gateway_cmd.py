@@ -92,6 +92,7 @@ def add_gateway_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
+    # Imported here: the server pulls in uvicorn and Starlette, which `rllm --help` should not wait for.
     from rllm.gateway.server import serve
     from rllm.gateway.upstreams import UpstreamError
 
@@ -132,6 +133,7 @@ def _run_workers(args: argparse.Namespace) -> int:
     import signal
     import time
 
+    # the gateway's processes: uvicorn and Starlette, not at `rllm --help`
     from rllm.gateway.pool import GatewayProcesses, GatewayWorkerDied
     from rllm.gateway.upstreams import UpstreamError
 

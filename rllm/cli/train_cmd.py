@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rllm.models import ModelPullError
+
 if TYPE_CHECKING:
     from rllm.trainer.agent_trainer import TrainResult
 
@@ -61,7 +63,7 @@ def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     Raises:
         ConfigError: more than one config file was given.
     """
-    from rllm.utils.config import ConfigError
+    from rllm.utils.config import ConfigError  # OmegaConf and PyYAML: not at `rllm --help`
 
     files = [arg for arg in args if "=" not in arg and arg.lower().endswith(_CONFIG_SUFFIXES)]
     if len(files) > 1:
@@ -122,7 +124,6 @@ def _sigterm_unwinds() -> Iterator[None]:
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``rllm train``; returns the process exit code."""
     # Imported here: the trainer pulls in torch and transformers, which `rllm --help` should not wait for.
-    from rllm.models import ModelPullError
     from rllm.trainer.config import TrainConfig
     from rllm.utils.config import describe_config, load_config
 
@@ -130,7 +131,7 @@ def run_train(args: argparse.Namespace) -> int:
         print(describe_config(TrainConfig), end="")
         return 0
 
-    from rllm.trainer.agent_trainer import AgentTrainer
+    from rllm.trainer.agent_trainer import AgentTrainer  # torch, as above
 
     try:
         yaml_path, overrides = split_config_args(args.args)
@@ -142,6 +143,7 @@ def run_train(args: argparse.Namespace) -> int:
     except ModelPullError as err:
         return _error(err, EXIT_FAILURE)
 
+    # torch and numpy, as above
     from rllm.store import StoreError
     from rllm.trainer.agent_trainer import StaleSamplesError
     from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError

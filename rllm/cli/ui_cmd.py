@@ -47,6 +47,8 @@ def add_ui_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_ui(args: argparse.Namespace) -> int:
+    # Imported here: the UI pulls in uvicorn, Starlette and the store (numpy), which `rllm --help` should
+    # not wait for.
     import uvicorn
 
     from rllm.store import default_store_path

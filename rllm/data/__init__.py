@@ -1,6 +1,6 @@
 """Datasets: tasks in one common schema (``Task``: ``task_id``, ``question``, ``ground_truth`` ...), the
-local registry that names them (``DatasetRegistry``), and built-in generators. ``rllm.data.catalog``
-pulls well-known benchmarks from the Hugging Face hub."""
+local registry that names them (``DatasetRegistry``), and built-in generators. ``rllm.data.catalog`` lists
+well-known benchmarks; ``rllm.data.hub.pull`` fetches one from the Hugging Face hub."""
 
 from __future__ import annotations
 

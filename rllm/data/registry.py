@@ -13,7 +13,7 @@ source, created time). The root is ``$RLLM_DATASETS_DIR``, else ``<rllm cache>/d
     rows = registry.load("mine", "train", limit=100)
     registry.load("larger", "test", limit=50)      # built-in: generated, nothing to register or pull
 
-Hub benchmarks (gsm8k, MATH-500, ...) are pulled into the registry by ``rllm.data.catalog.pull``.
+Hub benchmarks (gsm8k, MATH-500, ...) are pulled into the registry by ``rllm.data.hub.pull``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from rllm.data.builtin import held_out_count, make_tasks
+from rllm.data.catalog import CATALOG
+from rllm.data.code_problems import PROBLEMS, code_problem_tasks
 from rllm.data.schema import (
     InvalidTaskError,
     Task,
@@ -43,7 +46,10 @@ from rllm.data.schema import (
     validate_task,
     validate_tasks,
 )
+from rllm.envs.registry import envs
 from rllm.models import cache_dir
+from rllm.rewards.countdown import countdown_tasks
+from rllm.rewards.registry import ground_truth_check, reward_names
 from rllm.utils.config import did_you_mean, unknown_name
 
 __all__ = [
@@ -108,8 +114,6 @@ def _check_name(name: str, what: str = "dataset name") -> None:
 
 
 def _check_reward(reward: str | None) -> None:
-    from rllm.rewards.registry import reward_names
-
     if reward is not None and reward not in reward_names():
         raise ValueError(
             f"{unknown_name('reward', reward, reward_names())} (or register your own with "
@@ -121,8 +125,6 @@ def _refuse_ungradable(rows: Iterable[tuple[int, dict[str, Any]]], reward: str |
     """Raise ``InvalidTaskError`` at the first ``(index, row)`` that ``reward`` cannot grade (its ground-truth
     check, if it declares one, says why), naming the row: a bad row is refused where the dataset enters a
     run, not episode by episode in the middle of one."""
-    from rllm.rewards.registry import ground_truth_check
-
     check = ground_truth_check(reward) if reward is not None else None
     if check is None:
         return
@@ -367,8 +369,6 @@ def _now() -> str:
 
 
 def _not_found_message(name: str, registered: Iterable[str]) -> str:
-    from rllm.data.catalog import CATALOG
-
     if name in CATALOG:
         return (
             f"dataset {name!r} is in the catalog but not pulled yet: run `rllm dataset pull {name}` "
@@ -388,22 +388,16 @@ def _not_found_message(name: str, registered: Iterable[str]) -> str:
 
 def _arithmetic(name: str) -> Callable[[str, int, int], list[dict[str, Any]]]:
     def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-        from rllm.data.builtin import make_tasks
-
         return [{**task, "metadata": {}} for task in make_tasks(name, split, n, seed)]
 
     return generate
 
 
 def _countdown(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    from rllm.rewards.countdown import countdown_tasks
-
     return [{"metadata": {}, **task} for task in countdown_tasks(split, n, seed=seed)]
 
 
 def _code_problems(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    from rllm.data.code_problems import code_problem_tasks
-
     return code_problem_tasks(split)[:n]
 
 
@@ -420,8 +414,6 @@ def builtin_datasets() -> Mapping[str, BuiltinDataset]:
     """The datasets rllm generates itself, by name: no download, any size, disjoint train/test splits;
     with the task family of every registered environment (``rllm.envs.register_env``), which names no
     reward because its environment scores the episodes. Read-only."""
-    from rllm.envs.registry import envs
-
     families = {
         name: BuiltinDataset(name, None, spec.description, spec.tasks, dict(spec.default_size))
         for name, spec in envs().items()
@@ -437,7 +429,6 @@ def _generated_datasets() -> Mapping[str, BuiltinDataset]:
         for name, about in _ARITHMETIC.items()
     }
     # add and count_letter hold out fewer questions than the usual 200: all of them are their test split.
-    from rllm.data.builtin import held_out_count
 
     for name, about in _ARITHMETIC.items():
         held_out = held_out_count(name)
@@ -455,7 +446,6 @@ def _generated_datasets() -> Mapping[str, BuiltinDataset]:
         "reach a target number with + - * / over given numbers (generated)",
         _countdown,
     )
-    from rllm.data.code_problems import PROBLEMS
 
     sizes = {s: sum(p.split == s for p in PROBLEMS) for s in ("train", "test")}
     table["code_problems"] = BuiltinDataset(

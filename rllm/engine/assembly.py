@@ -23,8 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from rllm.gateway.traces import Trace
-from rllm.types import Step, Trajectory
+from rllm.types import Step, Trace, Trajectory
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.envs.registry import get_env
 from rllm.rewards.types import RewardFn
 from rllm.sdk.decorators import AgentConfig, Rollout, evaluator, rollout
 from rllm.types import Episode, Outcome
+from rllm.workflows.multi_turn import play
 from rllm.workflows.single_turn import question_messages
 
 
@@ -57,9 +59,6 @@ def env_flow(name: str, **options: Any) -> Rollout:
     training workflow's own loop (``rllm.workflows.multi_turn.play``) and the environment's agent. Its
     ``options`` start from the environment's ``eval_options`` (how ``rllm eval`` plays it); a bad one is
     refused now, not once per episode. The reward is 1.0 when the environment calls the episode a success."""
-    from rllm.envs.registry import get_env
-    from rllm.workflows.multi_turn import play
-
     spec = get_env(name)
     chosen = spec.make_options(**{**spec.eval_options, **options})
     spec.agent(chosen)  # an agent that refuses its options says so now

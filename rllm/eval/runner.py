@@ -23,7 +23,14 @@ from typing import Any
 
 from typing_extensions import Self
 
+from rllm.engine.workflow_engine import WorkflowEngine, task_id_of
 from rllm.eval.passk import ks_to_report, mean_pass_at_k
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer, build_upstream
+from rllm.gateway.traces import TraceStore
+from rllm.inference.base import SamplingParams
+from rllm.sdk.workflow import GatewayWorkflow
+from rllm.store import RunWriter
 
 logger = logging.getLogger(__name__)
 
@@ -206,8 +213,6 @@ def run_eval(
 ) -> EvalSummary:
     """Run ``flow`` ``spec.n`` times on each of ``tasks`` (skipping samples already in ``spec.output``),
     append each result to ``spec.output`` as it finishes, and summarise the whole file."""
-    from rllm.engine.workflow_engine import task_id_of
-
     if not tasks:
         raise ValueError(f"dataset {spec.dataset!r} split {spec.split!r} has no rows to evaluate")
     ids = [task_id_of(t) for t in tasks]
@@ -254,7 +259,6 @@ def _open_store_run(spec: EvalSpec, done_rows: list[dict[str, Any]]) -> Any:
     its results file, and rows already in the file are recorded too."""
     if spec.store is None:
         return None
-    from rllm.store import RunWriter
 
     config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec).items() if k != "api_key"}
     run = RunWriter.start(
@@ -282,14 +286,8 @@ def _run(
     show_progress: bool,
     run: Any,
 ) -> EvalSummary:
-    from rllm.engine.workflow_engine import task_id_of
-
     t0 = time.perf_counter()
     if todo:
-        from rllm.engine.workflow_engine import WorkflowEngine
-        from rllm.inference.base import SamplingParams
-        from rllm.sdk.workflow import GatewayWorkflow
-
         jobs = [
             (
                 task,
@@ -345,10 +343,6 @@ class _Gateway:
         self.spec = spec
 
     def __enter__(self) -> Self:
-        from rllm.gateway.app import create_app
-        from rllm.gateway.server import GatewayServer, build_upstream
-        from rllm.gateway.traces import TraceStore
-
         spec = self.spec
         try:  # concurrent episodes' calls arrive a few ms apart: the local engine waits 5 ms to batch them
             upstream = build_upstream(

@@ -40,6 +40,9 @@ from typing import Any
 import httpx
 from typing_extensions import Self
 
+from rllm.gateway.server import probe_upstream, serve
+from rllm.gateway.traces import TraceStore
+
 logger = logging.getLogger(__name__)
 
 
@@ -137,9 +140,6 @@ class GatewayProcesses:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Self:
-        from rllm.gateway.server import probe_upstream
-        from rllm.gateway.traces import TraceStore
-
         # Once, here: a wrong store or an upstream that does not answer fails before any worker starts,
         # and every worker gets the same detected dialect and model name.
         TraceStore(self.store_path, fsync=self._settings["fsync"]).close()
@@ -399,8 +399,6 @@ def _exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
 
 
 def _worker_main(argv: list[str] | None = None) -> int:
-    from rllm.gateway.server import serve
-
     p = argparse.ArgumentParser(prog="python -m rllm.gateway.pool")
     p.add_argument("--worker-fd", type=int, required=True)
     p.add_argument("--worker-index", type=int, required=True)

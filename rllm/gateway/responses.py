@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from rllm.gateway.traces import finite_logprob
 from rllm.gateway.upstreams import UpstreamChoice, UpstreamResult
+from rllm.types import finite_logprob
 
 _PIECES = re.compile(r"\s*\S+\s*|\s+")
 

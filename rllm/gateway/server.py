@@ -14,7 +14,11 @@ from typing import Any
 import uvicorn
 from typing_extensions import Self
 
+from rllm.gateway.app import create_app
+from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.traces import TraceStore
+from rllm.gateway.upstreams import LocalUpstream
+from rllm.models import resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +102,6 @@ def serve(
     upstreams for their dialect and model first (the parent did, and passes both). ``weight_version``: the
     version an HTTP upstream's traces record until ``POST /admin/policy`` sets another (a restarted worker
     starts at its siblings' version)."""
-    from rllm.gateway.app import create_app
-
     store = TraceStore(store_path, fsync=fsync)
     upstream = build_upstream(
         model,
@@ -151,8 +153,6 @@ def build_upstream(
     answering fails at start-up rather than on the first request), or else ``model`` in a local engine
     whose batches wait ``batch_wait_ms`` for calls arriving a few ms apart."""
     if upstreams:
-        from rllm.gateway.http_upstream import HTTPUpstream
-
         if probe:
             upstream_kind, upstream_model = probe_upstream(
                 upstreams,
@@ -167,9 +167,7 @@ def build_upstream(
             api_key=upstream_api_key,
             weight_version=weight_version,
         )
-    from rllm.gateway.upstreams import LocalUpstream
-    from rllm.inference.local import LocalEngine
-    from rllm.models import resolve_model
+    from rllm.inference.local import LocalEngine  # torch and transformers: only a local model needs them
 
     engine = LocalEngine.from_pretrained(
         resolve_model(model),
@@ -190,8 +188,6 @@ def probe_upstream(
 ) -> tuple[str, str | None]:
     """Blocking: ask the upstream servers what they are; ``(dialect, model name)`` as detected (or as
     given). Raises :class:`~rllm.gateway.upstreams.UpstreamError` when none answers."""
-    from rllm.gateway.http_upstream import HTTPUpstream
-
     probe = HTTPUpstream(
         upstreams,
         kind=upstream_kind,

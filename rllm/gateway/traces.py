@@ -19,17 +19,17 @@ so a trace the client saw acknowledged survives the process being killed; with `
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Self
+
+from rllm.types import Trace  # defined with the data model: the engine assembles Steps from it too
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -83,63 +83,6 @@ _COLUMNS = (
     "upstream",
 )
 _JSON_COLUMNS = {"request", "response_message", "prompt_token_ids", "completion_token_ids", "logprobs"}
-
-
-class Trace(BaseModel):
-    """One sampled choice of one gateway request, recorded token-faithfully.
-
-    ``request`` is the validated request as the gateway understood it (messages or prompt, tools, and the
-    sampling params it used). ``response_text`` is the text returned to the client (cut before a stop
-    string when one matched); ``completion_token_ids`` keep every sampled token, the stop string's and the
-    eos token included. ``weight_version`` is the policy version that sampled it. ``trainable`` is false
-    when the upstream could not report token ids and logprobs (a plain OpenAI-compatible server): such a
-    trace documents the call but cannot be trained on. ``upstream`` names the worker that served it.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    trace_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
-    session_id: str
-    request_id: str
-    choice_index: int = 0
-    created_at: float = Field(default_factory=time.time)
-    endpoint: Literal["chat.completions", "completions"]
-    request: dict[str, Any]
-    response_text: str
-    response_message: dict[str, Any] | None = None
-    prompt_token_ids: list[int]
-    completion_token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str | None = None
-    latency_ms: float
-    weight_version: int = 0
-    trainable: bool = True
-    upstream: str = "local"
-
-    @model_validator(mode="after")
-    def _check_lengths(self) -> Trace:
-        if len(self.logprobs) != len(self.completion_token_ids):
-            raise ValueError(
-                f"Trace needs one logprob per completion token: got {len(self.logprobs)} logprobs for "
-                f"{len(self.completion_token_ids)} tokens"
-            )
-        if self.trainable and not self.completion_token_ids and self.finish_reason != "length":
-            # An empty sampled completion is impossible from an engine (eos is itself a token).
-            raise ValueError("a trainable Trace needs its completion token ids")
-        return self
-
-    def public(self) -> dict[str, Any]:
-        """JSON-safe form for the HTTP API: ``-inf`` logprobs (a token the filter had ruled out) become
-        ``-9999.0`` (vLLM's convention), since JSON has no infinities."""
-        data = self.model_dump()
-        data["logprobs"] = [finite_logprob(lp) for lp in self.logprobs]
-        return data
-
-
-def finite_logprob(lp: float) -> float:
-    """JSON has no infinities: ``-inf`` (a token the sampling filter had excluded) becomes -9999.0, as in
-    vLLM's API."""
-    return lp if math.isfinite(lp) else -9999.0
 
 
 # The SamplingParams fields a session may override for every call made in it (``n`` stays the client's).

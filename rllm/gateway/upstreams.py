@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.inference.base import SamplingParams
+from rllm.inference.chat_template import ChatRenderer
+from rllm.tool_calls import get_tool_parser
 
 
 class UpstreamRequest(BaseModel):
@@ -100,9 +102,6 @@ class LocalUpstream:
     trainable = True
 
     def __init__(self, engine: Any, *, tool_format: str = "hermes") -> None:
-        from rllm.inference.chat_template import ChatRenderer
-        from rllm.tools.parsers import get_tool_parser
-
         self.engine = engine
         self.name = "local"
         self.renderer = ChatRenderer(engine.tokenizer, tool_format=tool_format)

@@ -1,5 +1,6 @@
 """Inference: the engine protocol every sampler implements (``InferenceEngine``: token ids in, token ids
-and logprobs out), the local PyTorch engine, and the pool of vLLM servers.
+and logprobs out) and the local PyTorch engine (the pool of vLLM servers, which drives the gateway, is
+``rllm.trainer.vllm_pool``).
 
 Names resolve on first use: ``LocalEngine`` imports torch and transformers, the protocol nothing heavy.
 """
@@ -16,7 +17,6 @@ _EXPORTS: dict[str, str] = {
     "SamplingParams": "rllm.inference.base",
     "WeightSyncError": "rllm.inference.base",
     "LocalEngine": "rllm.inference.local",
-    "VLLMPoolEngine": "rllm.inference.vllm_pool",
 }
 
 __all__ = [
@@ -24,13 +24,11 @@ __all__ = [
     "InferenceEngine",
     "LocalEngine",
     "SamplingParams",
-    "VLLMPoolEngine",
     "WeightSyncError",
 ]
 
 if TYPE_CHECKING:
     from rllm.inference.base import Completion, InferenceEngine, SamplingParams, WeightSyncError
     from rllm.inference.local import LocalEngine
-    from rllm.inference.vllm_pool import VLLMPoolEngine
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

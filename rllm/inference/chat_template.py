@@ -3,7 +3,7 @@
 ``ChatRenderer`` wraps a tokenizer's chat template. When the template knows about tools (Qwen2.5,
 Hermes, Llama 3.1) tools and tool calls go straight through to it. When it silently ignores them
 (SmolLM2's plain ChatML), rllm teaches the model a text format instead (Hermes ``<tool_call>``, see
-``rllm.tools.parsers``): the tool list goes into the system prompt, an assistant's earlier calls are
+``rllm.tool_calls``): the tool list goes into the system prompt, an assistant's earlier calls are
 written into its content, and tool results become ``<tool_response>`` messages.
 
 ``check_template`` verifies the property token-faithful multi-turn training relies on: the prompt of
@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rllm.tools.parsers import (
+from rllm.tool_calls import (
     format_assistant_text,
     format_tool_response_text,
     format_tools_prompt,

@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
 from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.chat_template import ChatRenderer
 from rllm.inference.sampling import sample_tokens
 
 logger = logging.getLogger(__name__)
@@ -134,8 +135,6 @@ class LocalEngine:
         """Prompt ids for OpenAI-format ``messages`` (+ ``tools``), rendered as the gateway renders them: tool
         calls, tool results and a tool list the template ignores become Hermes text (see ``ChatRenderer``)."""
         if self._renderer is None:
-            from rllm.inference.chat_template import ChatRenderer
-
             self._renderer = ChatRenderer(self.tokenizer)
         return self._renderer.render_ids(messages, tools=tools)
 

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from rllm._version import __version__
 from rllm.store.records import (
     EpisodeRecord,
     Tokenizer,
@@ -66,8 +67,6 @@ def default_store_path(run_dir: str | Path = "runs") -> Path:
 
 def code_version() -> str:
     """``git describe`` of the checkout rllm runs from, if it is one; else the installed package version."""
-    from rllm import __version__
-
     try:
         out = subprocess.run(
             ["git", "describe", "--always", "--dirty", "--tags"],

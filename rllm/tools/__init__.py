@@ -3,13 +3,13 @@
 - ``rllm.tools.tool``: ``Tool`` / ``@tool`` (schema from type hints and docstring), ``ToolRegistry``
   (runs a model's calls; every failure becomes a ``ToolResult`` the model reads), ``tool_metrics``.
 - ``rllm.tools.builtin``: ``calculator``, ``make_python_tool`` (sandboxed), ``make_search_tool`` (BM25).
-- ``rllm.tools.parsers``: the Hermes/Qwen ``<tool_call>`` format and the ``get_tool_parser`` registry.
+- ``rllm.tool_calls`` (re-exported here): the Hermes/Qwen ``<tool_call>`` format and the ``get_tool_parser``
+  registry; a module of its own below every layer, since the chat renderer and the gateway use it too.
 - ``rllm.tools.mcp``: ``MCPToolSource``, the tools of an MCP server (needs ``pip install 'rllm[mcp]'``;
   imported from there, not here, so rllm does not need the mcp package).
 """
 
-from rllm.tools.builtin import CalculatorError, calculator, make_python_tool, make_search_tool
-from rllm.tools.parsers import (
+from rllm.tool_calls import (
     TOOL_PARSERS,
     HermesToolParser,
     NoToolParser,
@@ -23,6 +23,7 @@ from rllm.tools.parsers import (
     get_tool_parser,
     tool_calls_from_openai,
 )
+from rllm.tools.builtin import CalculatorError, calculator, make_python_tool, make_search_tool
 from rllm.tools.tool import (
     TOOL_ERRORS,
     Tool,

@@ -37,7 +37,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
-from rllm.tools.parsers import ToolCall
+from rllm.tool_calls import ToolCall
 
 logger = logging.getLogger(__name__)
 

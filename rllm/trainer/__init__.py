@@ -16,13 +16,22 @@ _EXPORTS: dict[str, str] = {
     "TrainResult": "rllm.trainer.agent_trainer",
     "TrainConfig": "rllm.trainer.config",
     "check_config": "rllm.trainer.checks",
+    "VLLMPoolEngine": "rllm.trainer.vllm_pool",
 }
 
-__all__ = ["AgentTrainer", "StaleSamplesError", "TrainConfig", "TrainResult", "check_config"]
+__all__ = [
+    "AgentTrainer",
+    "StaleSamplesError",
+    "TrainConfig",
+    "TrainResult",
+    "VLLMPoolEngine",
+    "check_config",
+]
 
 if TYPE_CHECKING:
     from rllm.trainer.agent_trainer import AgentTrainer, StaleSamplesError, TrainResult
     from rllm.trainer.checks import check_config
     from rllm.trainer.config import TrainConfig
+    from rllm.trainer.vllm_pool import VLLMPoolEngine
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -19,9 +19,17 @@ import numpy as np
 import torch
 
 from rllm.algorithms.prepare import PreparedBatch, prepare_batch, reward_shapers
+from rllm.data.registry import DatasetRegistry
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.gateway.upstreams import LocalUpstream
 from rllm.inference.base import SamplingParams
+from rllm.models import resolve_model
 from rllm.rewards.shaping import Shaper
+from rllm.sdk.decorators import Rollout
+from rllm.sdk.workflow import GatewayWorkflow
 from rllm.store import RunWriter, default_store_path
 from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
@@ -30,6 +38,7 @@ from rllm.trainer.checks import check_config
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.engines import build_engine
 from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, try_plot
+from rllm.trainer.workflows import build_workflow
 from rllm.types import Episode
 from rllm.utils.config import dump_config
 from rllm.utils.metrics import MetricsLogger, build_sinks
@@ -66,11 +75,6 @@ class AgentTrainer:
         test_tasks: list[dict[str, Any]] | None = None,
         reward_shaping: list[Shaper] | None = None,
     ) -> None:
-        from rllm.data.registry import DatasetRegistry
-        from rllm.models import resolve_model
-        from rllm.sdk.decorators import Rollout
-        from rllm.trainer.workflows import build_workflow
-
         self.cfg = config
         check_config(config, backend_capabilities(config.backend.name))
         # An @rllm.rollout flow talks to the model over HTTP: the trainer serves its engine behind an
@@ -148,12 +152,6 @@ class AgentTrainer:
         )
 
     def _start_gateway(self) -> Workflow:
-        from rllm.gateway.app import create_app
-        from rllm.gateway.server import GatewayServer
-        from rllm.gateway.traces import TraceStore
-        from rllm.gateway.upstreams import LocalUpstream
-        from rllm.sdk.workflow import GatewayWorkflow
-
         if getattr(self.engine, "gateway_urls", None):  # the engine's own gateway(s) (a vLLM pool)
             self.trace_store = self.engine.trace_store
             logger.info(

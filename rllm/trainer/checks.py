@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from rllm.algorithms.advantages import takes_std
+from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
 from rllm.envs.registry import is_env
+from rllm.inference.vllm_server import default_vllm_python
+from rllm.rewards.registry import get_reward, reward_names
+from rllm.sandbox import SandboxUnavailable, protections
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.utils.config import did_you_mean
@@ -183,8 +187,6 @@ def _check_placement(cfg: TrainConfig) -> None:
 
 
 def _check_vllm(cfg: TrainConfig) -> None:
-    from rllm.inference.vllm_server import default_vllm_python
-
     v = cfg.inference.vllm
     if {"dtype", "max_batch_rows"} & cfg.inference.model_fields_set:
         raise UnsupportedConfigError(
@@ -254,9 +256,6 @@ def _check_env_pairing(cfg: TrainConfig) -> None:
 
 def _check_dataset(cfg: TrainConfig) -> None:
     """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
-    from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
-    from rllm.rewards.registry import reward_names
-
     d = cfg.data
     try:
         info = DatasetRegistry().info(d.task)
@@ -287,9 +286,6 @@ def _check_dataset(cfg: TrainConfig) -> None:
 def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:
     """What runs model-written code (the code reward, the python tool) has real isolation here, or was told
     to do without knowingly: refused now, before the model loads, not at the first episode."""
-    from rllm.rewards.registry import get_reward
-    from rllm.sandbox import SandboxUnavailable, protections
-
     try:
         if reward is not None:
             get_reward(reward)  # building the code reward checks its sandbox

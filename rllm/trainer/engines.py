@@ -2,7 +2,7 @@
 
 - ``local``: :class:`~rllm.inference.local.LocalEngine`, batched sampling in this process; weights arrive as
   tensors after every optimizer step.
-- ``vllm``: :class:`~rllm.inference.vllm_pool.VLLMPoolEngine`, a pool of vLLM OpenAI servers (started here,
+- ``vllm``: :class:`~rllm.trainer.vllm_pool.VLLMPoolEngine`, a pool of vLLM OpenAI servers (started here,
   or attached by URL) behind the gateway; every call, from built-in workflows and ``@rllm.rollout`` agents
   alike, goes through the gateway and is traced; weights arrive as files (a LoRA adapter hot-loaded into
   every server, or a full model).
@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 
 ENGINES = ("local", "vllm")
@@ -22,7 +23,7 @@ def build_engine(cfg: TrainConfig, model_path: str, *, run_dir: Path) -> Any:
     """The rollout engine ``cfg.inference.engine`` names, ready to sample from ``model_path``."""
     name = cfg.inference.engine
     if name == "local":
-        from rllm.inference.local import LocalEngine, pick_device
+        from rllm.inference.local import LocalEngine, pick_device  # transformers: only this engine needs it
 
         return LocalEngine.from_pretrained(
             model_path,
@@ -32,8 +33,7 @@ def build_engine(cfg: TrainConfig, model_path: str, *, run_dir: Path) -> Any:
             seed=cfg.trainer.seed,
         )
     if name == "vllm":
-        from rllm.inference.vllm_pool import VLLMPoolEngine, VLLMPoolError
-        from rllm.trainer.backends.base import UnsupportedConfigError
+        from rllm.trainer.vllm_pool import VLLMPoolEngine, VLLMPoolError  # aiohttp and the gateway: vllm only
 
         engine = VLLMPoolEngine.from_config(
             cfg,

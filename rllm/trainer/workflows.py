@@ -5,23 +5,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.data.registry import DatasetRegistry
 from rllm.envs.registry import get_env, is_env
+from rllm.rewards.instructions import answer_instruction
+from rllm.rewards.registry import get_reward
+from rllm.tools.builtin import calculator, make_python_tool
+from rllm.tools.tool import ToolRegistry
 from rllm.trainer.config import TrainConfig
+from rllm.workflows.builtin import TOOL_SYSTEM_PROMPT, calculator_examples
+from rllm.workflows.multi_turn import MultiTurnWorkflow
+from rllm.workflows.single_turn import SingleTurnWorkflow
+from rllm.workflows.solver_judge import SolverJudgeWorkflow
+from rllm.workflows.tool_agent import ToolAgentWorkflow
 
 
 def dataset_reward_name(cfg: TrainConfig) -> str | None:
     """The reward that scores ``data.task``: ``data.reward``, else the dataset's own (None: an environment's
     task family, whose environment scores itself)."""
-    from rllm.data.registry import DatasetRegistry
-
     return cfg.data.reward or DatasetRegistry().info(cfg.data.task).reward
 
 
 def build_env_workflow(cfg: TrainConfig) -> Any:
     """The multi-turn workflow against the environment ``workflow.name``, with its options from the
     ``workflow`` section: the environment scores each episode itself."""
-    from rllm.workflows.multi_turn import MultiTurnWorkflow
-
     spec = get_env(cfg.workflow.name)
     options = spec.options.model_validate(cfg.workflow.model_dump(exclude={"name"}))
 
@@ -39,9 +45,6 @@ def build_env_workflow(cfg: TrainConfig) -> Any:
 def build_workflow(cfg: TrainConfig) -> Any:
     """The workflow ``cfg.workflow`` names, configured from ``cfg``: scored by the dataset's reward, with
     the answer instruction of that reward after each question (``data.instruction``)."""
-    from rllm.rewards.instructions import answer_instruction
-    from rllm.rewards.registry import get_reward
-
     w = cfg.workflow
     if is_env(w.name):
         return build_env_workflow(cfg)
@@ -52,15 +55,8 @@ def build_workflow(cfg: TrainConfig) -> Any:
     )
     scoring: dict[str, Any] = {"reward_fn": reward_fn, "instruction": instruction} if reward_fn else {}
     if w.name == "single_turn":
-        from rllm.workflows.single_turn import SingleTurnWorkflow
-
         return SingleTurnWorkflow(system_prompt=cfg.data.system_prompt, **scoring)
     if w.name == "tool_agent":
-        from rllm.tools.builtin import calculator, make_python_tool
-        from rllm.tools.tool import ToolRegistry
-        from rllm.workflows.builtin import TOOL_SYSTEM_PROMPT, calculator_examples
-        from rllm.workflows.tool_agent import ToolAgentWorkflow
-
         makers = {
             "calculator": lambda: calculator,
             "python": lambda: make_python_tool(timeout_s=w.tool_timeout_s),
@@ -75,8 +71,6 @@ def build_workflow(cfg: TrainConfig) -> Any:
             **scoring,
         )
     if w.name == "solver_judge":
-        from rllm.workflows.solver_judge import SolverJudgeWorkflow
-
         return SolverJudgeWorkflow(
             n_solvers=w.n_solvers, solver_system_prompt=cfg.data.system_prompt, **scoring
         )

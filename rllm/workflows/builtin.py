@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.workflows.tool_agent import worked_example
+
 TOOL_SYSTEM_PROMPT = (
     "You are a careful math assistant. Do not compute in your head: call the calculator tool with the "
     "expression, then reply with only the final number."
@@ -16,8 +18,6 @@ def calculator_examples() -> list[dict[str, Any]]:
 
     Two, not one: with one, SmolLM2-135M never calls the tool (0 of 48 held-out questions, 0 of 128
     sampled episodes), which leaves RL nothing to reinforce."""
-    from rllm.workflows.tool_agent import worked_example
-
     return [
         *worked_example(
             "What is 12 * 34?", "calculator", {"expression": "12 * 34"}, "408", "408", "call_ex1"

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rllm.engine.context import RolloutContext
-from rllm.tools.parsers import get_tool_parser
+from rllm.tool_calls import get_tool_parser
 from rllm.tools.tool import Tool, ToolRegistry, ToolResult, tool_metrics
 from rllm.types import Outcome, TerminationReason
 from rllm.workflows.single_turn import RewardFn, number_reward, question_messages, score

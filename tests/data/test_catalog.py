@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rllm.data.catalog import CATALOG, DatasetPullError, catalog_entry, pull
+from rllm.data.catalog import CATALOG, catalog_entry
 from rllm.data.catalog.code_sets import DecompressedTooLarge, decode_lcb_tests
+from rllm.data.hub import DatasetPullError, pull
 from rllm.data.registry import DatasetRegistry
 from rllm.rewards.registry import reward_names
 

@@ -8,7 +8,7 @@ import asyncio
 from rllm.algorithms.transforms import TrajectoryGroup, build_train_batch
 from rllm.engine.assembly import assemble_steps
 from rllm.inference.base import SamplingParams
-from rllm.inference.vllm_pool import VLLMPoolEngine
+from rllm.trainer.vllm_pool import VLLMPoolEngine
 from rllm.types import Episode, Trajectory
 
 # As tests/slow/test_vllm.py: trainer (float32) vs vLLM (float32) logprobs of the same tokens, measured max

@@ -19,9 +19,9 @@ from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.local import LocalEngine
-from rllm.inference.vllm_pool import VLLMPoolEngine, VLLMPoolError
 from rllm.inference.vllm_server import max_lora_rank_for
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.vllm_pool import VLLMPoolEngine, VLLMPoolError
 from rllm.utils.config import load_config
 
 

@@ -22,10 +22,10 @@ import torch
 from pool_support import LOGPROB_TOL, PROMPTS, sample, train_batch
 
 from rllm.inference.base import SamplingParams
-from rllm.inference.vllm_pool import VLLMPoolEngine, VLLMPoolError
 from rllm.inference.vllm_server import default_vllm_python, unload_lora_adapter
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.vllm_pool import VLLMPoolEngine, VLLMPoolError
 from rllm.utils.config import load_config
 
 pytestmark = pytest.mark.vllm

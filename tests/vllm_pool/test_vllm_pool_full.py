@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from pool_support import LOGPROB_TOL, PROMPTS, sample, train_batch
 
-from rllm.inference.vllm_pool import VLLMPoolEngine
 from rllm.inference.vllm_server import default_vllm_python
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.vllm_pool import VLLMPoolEngine
 from rllm.utils.config import load_config
 
 pytestmark = pytest.mark.vllm

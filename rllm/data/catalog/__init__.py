@@ -1,41 +1,25 @@
-"""Well-known benchmarks on the Hugging Face hub, and ``pull`` to register one locally.
+"""Well-known benchmarks on the Hugging Face hub: where each lives and how its rows become tasks.
 
 Each ``CatalogEntry`` says where a benchmark lives on the hub (repo, config, splits), how one hub row
-becomes a task in the common schema (``transform``), and which reward grades it. ``pull(name)`` downloads
-it with ``datasets.load_dataset``, converts every row, and registers the splits in the
-``DatasetRegistry``; after that ``DatasetRegistry().load(name, split)`` reads it with no network.
-
-    from rllm.data.catalog import pull
-    pull("gsm8k")                                   # registers gsm8k/train and gsm8k/test
-
-Without access to the hub, pull from local copies of the hub's files (parquet or JSONL, in the hub's
-column layout) with ``pull(name, files={"test": "test-00000-of-00001.parquet"})``, or register rows that
-are already in the task schema with ``rllm dataset register NAME FILE``.
+becomes a task in the common schema (``transform``), and which reward grades it. ``rllm.data.hub.pull``
+downloads one and registers it in the ``DatasetRegistry``. The catalog imports neither of them: the registry
+reads it (to say that a dataset it lacks can be pulled), and the puller writes what it reads here into
+the registry.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rllm.data.catalog import code_sets, math_sets, qa_sets
-from rllm.data.registry import DatasetInfo, DatasetRegistry
-from rllm.data.schema import read_records, validate_task
+from rllm.data.schema import validate_task
 from rllm.utils.config import did_you_mean
 
-logger = logging.getLogger(__name__)
-
-__all__ = ["CATALOG", "CatalogEntry", "DatasetPullError", "catalog_entry", "pull"]
+__all__ = ["CATALOG", "CatalogEntry", "catalog_entry", "not_in_catalog"]
 
 HubTransform = Callable[[dict[str, Any]], "dict[str, Any] | None"]
-
-
-class DatasetPullError(RuntimeError):
-    """A catalog dataset could not be fetched from the hub; the message says how to get it another way."""
 
 
 @dataclass(frozen=True)
@@ -224,73 +208,3 @@ def not_in_catalog(name: str) -> str:
     return f"{name!r} is not in the catalog" + (
         did_you_mean(name, CATALOG) or f": choose one of {', '.join(CATALOG)}"
     )
-
-
-def _hub_rows(entry: CatalogEntry, split: str, hub_split: str) -> Iterable[Mapping[str, Any]]:
-    import datasets
-
-    try:
-        return datasets.load_dataset(entry.hub_path, entry.config, split=hub_split)
-    except Exception as err:  # every failure gets the same advice, with its cause
-        text = f"{type(err).__name__}: {err}"
-        offline = isinstance(err, (ConnectionError, TimeoutError)) or any(
-            word in text.lower() for word in ("offline", "couldn't reach", "connect", "resolve", "timed out")
-        )
-        if "scripts are no longer supported" in text:
-            why = "the hub repository now needs a loading script, which this version of `datasets` cannot run"
-        elif offline:
-            why = (
-                "the Hugging Face hub is unreachable from this machine (no network, or HF_HUB_OFFLINE is set)"
-            )
-        else:
-            why = "the hub did not serve it (gated, moved, or a transient error)"
-        gated = f" {entry.notes}" if "Gated" in entry.notes else ""
-        raise DatasetPullError(
-            f"could not load {entry.source} split {hub_split!r} for {entry.name}/{split}: {why}.\n"
-            f"  cause: {text}\n"
-            f"  fix: run `rllm dataset pull {entry.name}` where huggingface.co is reachable{gated}; or copy the "
-            f"hub's files here and run `rllm dataset pull {entry.name} --file {split}=PATH` (parquet or JSONL, "
-            f"hub columns); or register your own rows: `rllm dataset register {entry.name} FILE --split {split} "
-            f"--question-key KEY --answer-key KEY --reward {entry.reward}`"
-        ) from err
-
-
-def pull(
-    name: str,
-    *,
-    registry: DatasetRegistry | None = None,
-    force: bool = False,
-    files: Mapping[str, str | os.PathLike[str]] | None = None,
-) -> DatasetInfo:
-    """Fetch catalog dataset ``name``, convert its rows, and register every split; return its info.
-
-    Already-pulled datasets are returned as they are unless ``force``. ``files`` maps splits to local
-    copies of the hub's files (parquet, JSONL or JSON with the hub's columns): only those splits are
-    read, from disk. Every split is converted before any is registered, so a failure registers nothing.
-    Blocking: downloads (through the Hugging Face cache) and writes to disk.
-    """
-    entry = catalog_entry(name)
-    registry = registry or DatasetRegistry()
-    if files is None and not force and registry.exists(name):
-        info = registry.info(name)
-        if set(entry.splits) <= set(info.splits):
-            logger.info("%s is already pulled (%s); pass force=True to fetch it again", name, info.path)
-            return info
-    if files is not None:
-        unknown = set(files) - set(entry.splits)
-        if unknown:
-            raise ValueError(f"{name} has splits {', '.join(entry.splits)}, not {', '.join(sorted(unknown))}")
-        sources = {split: (lambda path=Path(p): read_records(path)) for split, p in files.items()}
-    else:
-        sources = {
-            split: (lambda s=split, h=hub: _hub_rows(entry, s, h)) for split, hub in entry.splits.items()
-        }
-    converted = {}
-    for split, rows in sources.items():
-        logger.info("Fetching and converting %s/%s", name, split)
-        converted[split] = entry.to_tasks(rows(), split)
-    for split, tasks in converted.items():
-        registry.register(
-            name, tasks, split, reward=entry.reward, description=entry.description, source=entry.source
-        )
-    return registry.info(name)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.rewards.countdown import countdown_prompt
+
 
 def number_text(value: Any) -> str:
     """An answer as a string: ``142.0`` → ``"142"``, ``0.5`` → ``"0.5"``, strings stripped."""
@@ -68,8 +70,6 @@ def amc(row: dict[str, Any]) -> dict[str, Any]:
 
 def countdown(row: dict[str, Any]) -> dict[str, Any]:
     """Jiayi-Pan/Countdown-Tasks-3to4: ``target`` (int), ``nums`` (list of int)."""
-    from rllm.rewards.countdown import countdown_prompt
-
     target, numbers = int(row["target"]), [int(n) for n in row["nums"]]
     return {
         "question": countdown_prompt(numbers, target),

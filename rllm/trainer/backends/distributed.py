@@ -184,6 +184,8 @@ class DistributedBackend(TrainingBackend):
         bundle = {"CPU": dc.cpus_per_rank, **({"GPU": gpus} if gpus else {})}
         self._reserve(ray, bundle, total, started)
 
+        # Ray is optional (rllm[distributed]); the rank module loads transformers and torch's FSDP, which only
+        # the rank processes use.
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from rllm.trainer.backends._fsdp_rank import FSDPRank

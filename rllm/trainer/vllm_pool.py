@@ -51,6 +51,7 @@ from rllm.gateway.pool import GatewayProcesses, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
 from rllm.inference.base import Completion, SamplingParams, WeightSyncError
+from rllm.inference.chat_template import ChatRenderer
 from rllm.inference.lora_probe import check_max_lora_rank
 from rllm.inference.vllm_server import (
     MAX_LORA_RANKS,
@@ -410,8 +411,6 @@ class VLLMPoolEngine:
     ) -> list[int]:
         """Prompt ids for OpenAI-format messages, rendered here exactly as the gateway's local upstream does."""
         if self._renderer is None:
-            from rllm.inference.chat_template import ChatRenderer
-
             self._renderer = ChatRenderer(self.tokenizer, tool_format=self.tool_format)
         return self._renderer.render_ids(messages, tools=tools)
 

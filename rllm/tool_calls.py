@@ -14,6 +14,9 @@ The Hermes / Qwen2.5 format, the one implemented here::
     </tool_call>
 
 Users name a parser in config (``get_tool_parser("hermes")``); ``"none"`` turns tool parsing off.
+
+This module sits at the bottom of rllm's layers (it needs only pydantic): the chat renderer
+(``rllm.inference``), the gateway and the tool runtime (``rllm.tools``, which re-exports it) all use it.
 """
 
 from __future__ import annotations
