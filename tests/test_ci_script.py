@@ -20,7 +20,7 @@ README_TEST_COMMAND = "bash scripts/setup.sh && .venv/bin/python -m pytest -q"
 SETUP_SCRIPTS = ("setup.sh", "setup_ui_tests.sh", "setup_vllm.sh", "setup_bench.sh")
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# FAKE python (and lint-imports, deptry) for tests/test_ci_script.py: records its arguments, runs nothing.
+# FAKE python (and ruff, lint-imports, deptry) for tests/test_ci_script.py: records its arguments, runs nothing.
 echo "$(basename "$0") $*" >> "$FAKE_CALLS"
 if [[ "$*" == *"-m pytest"* && -n "${FAKE_PYTEST_STATUS:-}" ]]; then exit "$FAKE_PYTEST_STATUS"; fi
 exit 0
@@ -43,7 +43,7 @@ def fake_repo(tmp_path: Path, failing: dict[str, int]) -> Path:
     fake = repo / "fake_python.sh"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    for tool in ("python", "lint-imports", "deptry"):
+    for tool in ("python", "ruff", "lint-imports", "deptry"):
         (repo / ".venv" / "bin" / tool).symlink_to(fake)
     return repo
 
@@ -79,6 +79,8 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "[ci] every tier passed" in proc.stdout
     assert "python -m pytest -q" in calls  # the README's test command
     assert "lint-imports --no-cache" in calls and "deptry ." in calls
+    assert "ruff format --check rllm tests benchmarks scripts examples" in calls
+    assert "ruff check rllm tests benchmarks scripts examples" in calls
     assert any("-m pytest -q -m slow or vllm" in c for c in calls)
     assert "python -m pytest -q -m distributed" in calls
     assert "setup.sh distributed" in calls

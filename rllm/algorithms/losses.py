@@ -86,7 +86,36 @@ class LossConfig(BaseModel):
                 f"LossConfig.cispo_clip_low ({self.cispo_clip_low}) must not exceed cispo_clip_high "
                 f"({self.cispo_clip_high})."
             )
+        self._check_knobs_apply()
         return self
+
+    def _check_knobs_apply(self) -> None:
+        """Each loss owns its knobs: one the chosen loss (or aggregation) never reads, set away from its
+        default, is refused rather than silently ignored. A default value passes, so a dumped config (which
+        lists every knob) loads back."""
+        fields = type(self).model_fields
+        for knob, owner in _LOSS_KNOBS.items():
+            if owner != self.name and getattr(self, knob) != fields[knob].default:
+                raise ValueError(
+                    f"LossConfig.{knob} is read by the {owner!r} loss only, not {self.name!r}: drop it "
+                    f"(or set name={owner})"
+                )
+        if self.agg_norm_tokens is not None and self.agg != "seq-mean-token-sum-norm":
+            raise ValueError(
+                f"LossConfig.agg_norm_tokens is read by agg='seq-mean-token-sum-norm' only, not {self.agg!r}: "
+                "drop it"
+            )
+
+
+# Which loss reads each loss-specific knob (the others read none of them).
+_LOSS_KNOBS: dict[str, str] = {
+    "clip_low": "ppo",
+    "clip_high": "ppo",
+    "gspo_clip_low": "gspo",
+    "gspo_clip_high": "gspo",
+    "cispo_clip_high": "cispo",
+    "cispo_clip_low": "cispo",
+}
 
 
 def masked_mean(values_BT: Tensor, mask_BT: Tensor) -> Tensor:

@@ -267,9 +267,11 @@ def compute_advantages(
         if credit == "per_state":
             all_advantages += _per_state_advantages(fn, kwargs, role_groups, gamma, step_weight)
         elif credit == "trajectory":
-            all_advantages += _trajectory_advantages(fn, kwargs, role_groups)
-        else:
-            all_advantages += _per_step_advantages(fn, kwargs, role_groups, gamma)
+            advantages_by_group = fn([g.rewards for g in role_groups], **kwargs)
+            all_advantages += _set_advantages(role_groups, advantages_by_group, per_step=False)
+        else:  # per_step: each step's discounted return, compared with every step of its group
+            advantages_by_group = fn([step_returns(g, gamma) for g in role_groups], **kwargs)
+            all_advantages += _set_advantages(role_groups, advantages_by_group, per_step=True)
 
     advantages_N = np.concatenate(all_advantages) if all_advantages else np.zeros(0)
     if advantages_N.size == 0:
@@ -306,33 +308,21 @@ def _plan_estimators(
     return plans
 
 
-def _trajectory_advantages(
-    fn: AdvantageEstimator, kwargs: dict[str, object], role_groups: list[TrajectoryGroup]
+def _set_advantages(
+    role_groups: list[TrajectoryGroup], advantages_by_group: list[np.ndarray], *, per_step: bool
 ) -> list[np.ndarray]:
-    """credit="trajectory": one advantage per trajectory, broadcast to all of its steps."""
-    out = []
-    for group, advantages_G in zip(role_groups, fn([g.rewards for g in role_groups], **kwargs)):
-        for (_, traj), advantage in zip(group.members, advantages_G):
-            for step in traj.steps:
+    """Write each group's advantages onto its steps: one per trajectory, broadcast to all of its steps
+    (``credit="trajectory"``), or one per step in order (``credit="per_step"``)."""
+    for group, advantages in zip(role_groups, advantages_by_group):
+        targets = (
+            [[step] for _, traj in group.members for step in traj.steps]
+            if per_step
+            else [traj.steps for _, traj in group.members]
+        )
+        for steps, advantage in zip(targets, advantages):
+            for step in steps:
                 step.advantage = float(advantage)
-        out.append(np.asarray(advantages_G, dtype=np.float64))
-    return out
-
-
-def _per_step_advantages(
-    fn: AdvantageEstimator,
-    kwargs: dict[str, object],
-    role_groups: list[TrajectoryGroup],
-    gamma: float,
-) -> list[np.ndarray]:
-    """credit="per_step": each step's discounted return, compared with every step of its group."""
-    out = []
-    for group, advantages_S in zip(role_groups, fn([step_returns(g, gamma) for g in role_groups], **kwargs)):
-        steps = [step for _, traj in group.members for step in traj.steps]
-        for step, advantage in zip(steps, advantages_S):
-            step.advantage = float(advantage)
-        out.append(np.asarray(advantages_S, dtype=np.float64))
-    return out
+    return [np.asarray(advantages, dtype=np.float64) for advantages in advantages_by_group]
 
 
 def _per_state_advantages(

@@ -1,8 +1,8 @@
 """Wall-clock timing of a stage of work, as one context manager (tinker-cookbook's ``scope_span`` idea).
 
-    with timed("rollout", metrics) as rollout:
+    with timed("rollout", metrics) as span:
         episodes = run_episodes(...)
-    tokens_per_s = generated / rollout.seconds   # metrics["time/rollout_s"] is written too
+    tokens_per_s = generated / span.seconds   # metrics["time/rollout_s"] is written too
 
 The loop names its stages and the timing bookkeeping stays out of its way: no ``perf_counter`` pairs.
 """

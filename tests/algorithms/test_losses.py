@@ -211,6 +211,21 @@ def test_loss_config_validation():
         LossConfig(cispo_clip_low=6.0, cispo_clip_high=5.0)
 
 
+def test_a_knob_another_loss_reads_is_refused_not_ignored():
+    with pytest.raises(ValidationError, match=r"gspo_clip_low is read by the 'gspo' loss only, not 'ppo'"):
+        LossConfig(gspo_clip_low=0.1)
+    with pytest.raises(ValidationError, match=r"clip_high is read by the 'ppo' loss only, not 'cispo'"):
+        LossConfig(name="cispo", clip_high=0.5)
+    with pytest.raises(
+        ValidationError, match=r"agg_norm_tokens is read by agg='seq-mean-token-sum-norm' only"
+    ):
+        LossConfig(agg_norm_tokens=512)
+    LossConfig(name="is", clip_low=0.2)  # at its default: nothing to ignore
+    # a dumped config lists every knob (the others at their defaults) and loads back
+    cfg = LossConfig(name="gspo", gspo_clip_high=1e-3, agg="seq-mean-token-sum-norm", agg_norm_tokens=64)
+    assert LossConfig.model_validate(cfg.model_dump()) == cfg
+
+
 def test_entropy_from_logits():
     # uniform over 4 -> ln 4; one dominant logit -> ~0 and no overflow at 1000
     logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [1000.0, 0.0, 0.0, 0.0]]])
@@ -242,3 +257,17 @@ def test_token_logprobs_from_logits_matches_log_softmax():
     )
     with pytest.raises(ValueError, match="temperature"):
         token_logprobs_from_logits(logits, ids, temperature=0.0)
+
+
+def test_the_config_refuses_a_foreign_loss_knob_in_one_line():
+    from rllm.trainer.config import TrainConfig
+    from rllm.utils.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(TrainConfig, None, ["algorithm.loss.name=cispo", "algorithm.loss.gspo_clip_low=0.1"])
+    message = str(info.value)
+    assert "\n" not in message
+    assert (
+        "algorithm.loss" in message
+        and "gspo_clip_low is read by the 'gspo' loss only, not 'cispo'" in message
+    )
