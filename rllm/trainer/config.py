@@ -25,6 +25,7 @@ from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, StdKind
 from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit, FilterConfig
 from rllm.envs.registry import EnvOptions, envs
+from rllm.tools.named import tool_names
 from rllm.utils.config import did_you_mean, unknown_name
 
 
@@ -328,10 +329,23 @@ class SingleTurnConfig(WorkflowConfig):
 class ToolAgentConfig(WorkflowConfig):
     name: Literal["tool_agent"] = "tool_agent"
     max_turns: int = Field(4, gt=0, description="most model turns per episode.")
-    tools: list[Literal["calculator", "python"]] = Field(
-        default_factory=lambda: ["calculator"], description="built-in tools the agent may call."
+    tools: list[str] = Field(
+        default_factory=lambda: ["calculator"],
+        description="tools the agent may call, by name: calculator, python (sandboxed), or one registered "
+        "with rllm.tools.register_tool.",
     )
     tool_timeout_s: float = Field(5.0, gt=0, description="time limit per tool call.")
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, tools: list[str]) -> list[str]:
+        known = tool_names()
+        for name in tools:
+            if name not in known:
+                raise ValueError(unknown_name("tool", name, known))
+        if len(set(tools)) != len(tools):
+            raise ValueError(f"{tools} names a tool twice: list each once")
+        return tools
 
 
 class SolverJudgeConfig(WorkflowConfig):

@@ -9,7 +9,7 @@ from rllm.data.registry import DatasetRegistry
 from rllm.envs.registry import get_env, is_env
 from rllm.rewards.instructions import answer_instruction
 from rllm.rewards.registry import get_reward
-from rllm.tools.builtin import calculator, make_python_tool
+from rllm.tools.named import make_named_tool
 from rllm.tools.tool import ToolRegistry
 from rllm.trainer.config import TrainConfig
 from rllm.workflows.builtin import TOOL_SYSTEM_PROMPT, calculator_examples
@@ -57,11 +57,8 @@ def build_workflow(cfg: TrainConfig) -> Any:
     if w.name == "single_turn":
         return SingleTurnWorkflow(system_prompt=cfg.data.system_prompt, **scoring)
     if w.name == "tool_agent":
-        makers = {
-            "calculator": lambda: calculator,
-            "python": lambda: make_python_tool(timeout_s=w.tool_timeout_s),
-        }
-        registry = ToolRegistry([makers[name]() for name in w.tools], default_timeout_s=w.tool_timeout_s)
+        tools = [make_named_tool(name, timeout_s=w.tool_timeout_s) for name in w.tools]
+        registry = ToolRegistry(tools, default_timeout_s=w.tool_timeout_s)
         examples = calculator_examples() if "calculator" in w.tools else []
         return ToolAgentWorkflow(
             registry,
