@@ -68,7 +68,7 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
                 "lora.rank=32",
                 "inference.vllm.max_lora_rank=16",
             ],
-            "lora.rank=32 exceeds inference.vllm.max_lora_rank=16",
+            "lora.rank=32 is above inference.vllm.max_lora_rank=16",
         ),
         (
             [

@@ -18,11 +18,11 @@ from typing import Any
 from rllm.algorithms.advantages import takes_std
 from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
 from rllm.envs.registry import is_env
-from rllm.inference.vllm_server import default_vllm_python
 from rllm.rewards.registry import get_reward, reward_names
 from rllm.sandbox import SandboxUnavailable, protections
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.vllm_pool import VLLMPoolError, check_pool_settings
 from rllm.utils.config import did_you_mean
 
 
@@ -215,28 +215,10 @@ def _check_vllm(cfg: TrainConfig) -> None:
                 "would do nothing: drop them"
             )
         return
-    python = Path(v.python) if v.python else default_vllm_python()
-    if not python.exists():
-        raise UnsupportedConfigError(
-            f"inference.engine=vllm starts vLLM servers with {python}, which does not exist: "
-            "run scripts/setup_vllm.sh (or set inference.vllm.python, or attach to running "
-            "servers with inference.vllm.urls)"
-        )
-    if v.servers and len(v.servers) != v.num_servers:
-        raise UnsupportedConfigError(
-            f"inference.vllm.servers has {len(v.servers)} entries for num_servers="
-            f"{v.num_servers}: give one per server (or none)"
-        )
-    if cfg.lora.enabled and v.max_lora_rank is not None and v.max_lora_rank < cfg.lora.rank:
-        raise UnsupportedConfigError(
-            f"lora.rank={cfg.lora.rank} exceeds inference.vllm.max_lora_rank="
-            f"{v.max_lora_rank}, so the servers could not load the adapter: raise "
-            "inference.vllm.max_lora_rank (or drop it: it defaults to lora.rank)"
-        )
-    if not cfg.lora.enabled and v.max_lora_rank is not None:
-        raise UnsupportedConfigError(
-            "inference.vllm.max_lora_rank applies to LoRA runs (lora.enabled=true): drop it"
-        )
+    try:
+        check_pool_settings(v, lora_rank=cfg.lora.rank if cfg.lora.enabled else None)
+    except VLLMPoolError as exc:
+        raise UnsupportedConfigError(str(exc)) from None
 
 
 def _check_env_pairing(cfg: TrainConfig) -> None:

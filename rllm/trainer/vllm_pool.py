@@ -102,6 +102,61 @@ def _server_env(cpus: str | None, devices: str | None) -> dict[str, str] | None:
     return env or None
 
 
+def check_pool_settings(
+    s: VLLMPoolConfig, *, lora_rank: int | None, model_path: str | Path | None = None
+) -> int | None:
+    """What a pool with settings ``s`` could never honour, refused in one line (``VLLMPoolError``) before
+    anything starts: the config's own mistakes first, then what this machine lacks. Returns the servers'
+    ``--max-lora-rank`` (None without LoRA). ``rllm train`` runs it at start-up, before the model is
+    resolved (no ``model_path``); the engine runs it again with its model directory."""
+    if s.urls and s.servers:
+        raise VLLMPoolError(
+            "inference.vllm.servers overrides settings of started servers: drop it when "
+            "inference.vllm.urls attaches to running ones"
+        )
+    if not s.urls and s.servers and len(s.servers) != s.num_servers:
+        raise VLLMPoolError(
+            f"inference.vllm.servers has {len(s.servers)} entries for num_servers="
+            f"{s.num_servers}: give one entry per server (or none)"
+        )
+    if lora_rank is None and s.max_lora_rank is not None:
+        raise VLLMPoolError("inference.vllm.max_lora_rank applies to LoRA runs (lora.enabled=true): drop it")
+    rank = _servers_lora_rank(s, lora_rank)
+    if not s.urls:
+        python = Path(s.python) if s.python else default_vllm_python()
+        if not python.exists():
+            raise VLLMPoolError(
+                f"inference.engine=vllm starts vLLM servers with {python}, which does not exist: run "
+                "scripts/setup_vllm.sh (or set inference.vllm.python / $RLLM_VLLM_VENV, or attach to running "
+                "servers with inference.vllm.urls)"
+            )
+        if model_path is not None and not Path(model_path).is_dir():
+            raise VLLMPoolError(f"the vLLM servers need a local model directory; {model_path} is not one")
+    return rank
+
+
+def _servers_lora_rank(s: VLLMPoolConfig, lora_rank: int | None) -> int | None:
+    """``--max-lora-rank`` for the servers (None without LoRA), or a refusal of the configured ranks."""
+    if lora_rank is None:
+        return None
+    if s.max_lora_rank is None:
+        try:
+            return max_lora_rank_for(lora_rank)
+        except ValueError as exc:
+            raise VLLMPoolError(f"lora.rank={lora_rank}: {exc}") from None
+    if s.max_lora_rank not in MAX_LORA_RANKS:
+        raise VLLMPoolError(
+            f"inference.vllm.max_lora_rank={s.max_lora_rank} is not a value vLLM accepts: use "
+            f"one of {', '.join(map(str, MAX_LORA_RANKS))}"
+        )
+    if lora_rank > s.max_lora_rank:
+        raise VLLMPoolError(
+            f"lora.rank={lora_rank} is above inference.vllm.max_lora_rank={s.max_lora_rank}: the servers "
+            f"could not load the adapter; raise max_lora_rank to {max_lora_rank_for(lora_rank)} or lower lora.rank"
+        )
+    return s.max_lora_rank
+
+
 class VLLMPoolEngine:
     """An inference engine whose samples come from a pool of vLLM servers through an embedded gateway.
 
@@ -195,53 +250,7 @@ class VLLMPoolEngine:
     # ------------------------------------------------------------------ configuration
     def _check_settings(self) -> int | None:
         """Refuse, before anything starts, what the pool could never honour; returns ``--max-lora-rank``."""
-        s = self.settings
-        if s.urls and s.servers:
-            raise VLLMPoolError(
-                "inference.vllm.servers overrides settings of started servers: drop it when "
-                "inference.vllm.urls attaches to running ones"
-            )
-        if not s.urls and s.servers and len(s.servers) != s.num_servers:
-            raise VLLMPoolError(
-                f"inference.vllm.servers has {len(s.servers)} entries for num_servers="
-                f"{s.num_servers}: give one entry per server (or none)"
-            )
-        rank = self._check_lora_rank()  # what the config asks, before what this machine has
-        if not s.urls:
-            python = Path(s.python) if s.python else default_vllm_python()
-            if not python.exists():
-                raise VLLMPoolError(
-                    f"no vLLM venv Python at {python}: run scripts/setup_vllm.sh (or set "
-                    "inference.vllm.python / $RLLM_VLLM_VENV)"
-                )
-            if not Path(self.model_path).is_dir():
-                raise VLLMPoolError(
-                    f"the vLLM servers need a local model directory; {self.model_path} is not one"
-                )
-        return rank
-
-    def _check_lora_rank(self) -> int | None:
-        """``--max-lora-rank`` for the servers (None without LoRA), or a refusal of the configured ranks."""
-        s = self.settings
-        if self.lora_rank is None:
-            return None
-        if s.max_lora_rank is None:
-            try:
-                return max_lora_rank_for(self.lora_rank)
-            except ValueError as exc:
-                raise VLLMPoolError(f"lora.rank={self.lora_rank}: {exc}") from None
-        if s.max_lora_rank not in MAX_LORA_RANKS:
-            raise VLLMPoolError(
-                f"inference.vllm.max_lora_rank={s.max_lora_rank} is not a value vLLM accepts: use "
-                f"one of {', '.join(map(str, MAX_LORA_RANKS))}"
-            )
-        if self.lora_rank > s.max_lora_rank:
-            raise VLLMPoolError(
-                f"lora.rank={self.lora_rank} is above inference.vllm.max_lora_rank="
-                f"{s.max_lora_rank}: the servers could not load the adapter; raise max_lora_rank "
-                f"to {max_lora_rank_for(self.lora_rank)} or lower lora.rank"
-            )
-        return s.max_lora_rank
+        return check_pool_settings(self.settings, lora_rank=self.lora_rank, model_path=self.model_path)
 
     def _make_servers(self) -> list[VLLMServer]:
         s = self.settings
