@@ -32,6 +32,7 @@ import uuid
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -46,7 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rllm.gateway.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
 from rllm.gateway.responses import completion_body, stream_chunks
 from rllm.gateway.traces import OVERRIDABLE_SAMPLING, SessionInfo, Trace, TraceQuery, TraceStore
-from rllm.gateway.upstreams import LocalUpstream, Upstream, UpstreamError, UpstreamRequest
+from rllm.gateway.upstreams import LocalUpstream, Upstream, UpstreamError, UpstreamRequest, UpstreamResult
 from rllm.inference.base import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,16 @@ class _GatewayState:
             self.sessions.popitem(last=False)
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """One sampled and recorded request, for the route that builds its reply."""
+
+    session_id: str
+    request_id: str
+    created: int
+    result: UpstreamResult
+
+
 class _Api:
     """The gateway's route handlers over one :class:`_GatewayState`."""
 
@@ -165,6 +176,49 @@ class _Api:
     async def _serve(
         self, request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any
     ) -> Response:
+        endpoint = up["endpoint"]
+        sampled = await self.sample(
+            request, up, record, build, prefix="chatcmpl-" if endpoint == "chat.completions" else "cmpl-"
+        )
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            chunks = stream_chunks(
+                endpoint,
+                sampled.request_id,
+                sampled.created,
+                self.state.model_name,
+                sampled.result,
+                include_usage=include_usage,
+            )
+            return StreamingResponse(
+                _aiter(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
+        return JSONResponse(
+            completion_body(
+                endpoint,
+                sampled.request_id,
+                sampled.created,
+                self.state.model_name,
+                sampled.result,
+                token_ids=bool(req.return_token_ids),
+            )
+        )
+
+    async def sample(
+        self,
+        request: Request,
+        up: dict[str, Any],
+        record: dict[str, Any],
+        build: Any,
+        *,
+        prefix: str,
+        api: str | None = None,
+    ) -> Sampled:
+        """Sample one validated request through the upstream and commit its traces (one per choice)
+        before returning: every API the gateway speaks (chat, text, and the ones translated to chat)
+        records through here. ``up`` holds the :class:`UpstreamRequest` fields bar ``params``; ``record``
+        is what the trace stores as its request; ``build`` makes the client's sampling params; ``prefix``
+        starts the request id; ``api`` is the trace's endpoint when it differs from ``up["endpoint"]``."""
         session_id = _session_id(request)
         st = await self.state.session_state(session_id)
         params = _sampling_params(build, st)
@@ -172,7 +226,7 @@ class _Api:
             up["max_tokens_given"] = True
         record["sampling_params"] = params.model_dump()
         endpoint = up["endpoint"]
-        request_id = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
+        request_id = prefix + uuid.uuid4().hex
         t0 = time.perf_counter()
         try:
             result = await self.state.upstream.complete(
@@ -187,7 +241,7 @@ class _Api:
                 session_id=session_id,
                 request_id=request_id,
                 choice_index=i,
-                endpoint=endpoint,
+                endpoint=api or endpoint,
                 request=record,
                 response_text=c.text,
                 response_message=(
@@ -213,25 +267,7 @@ class _Api:
             await asyncio.to_thread(self.state.store.add_many, traces)
         else:
             self.state.store.add_many(traces)
-        created = int(time.time())
-        if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            chunks = stream_chunks(
-                endpoint, request_id, created, self.state.model_name, result, include_usage=include_usage
-            )
-            return StreamingResponse(
-                _aiter(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-            )
-        return JSONResponse(
-            completion_body(
-                endpoint,
-                request_id,
-                created,
-                self.state.model_name,
-                result,
-                token_ids=bool(req.return_token_ids),
-            )
-        )
+        return Sampled(session_id, request_id, int(time.time()), result)
 
     async def list_models(self, request: Request) -> Response:
         _session_id(request)
