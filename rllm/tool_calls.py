@@ -101,10 +101,29 @@ class ParsedResponse(BaseModel):
     errors: list[str] = Field(default_factory=list)
 
 
+class ForcedCall(BaseModel):
+    """How a tool call is forced in one format: the gateway writes ``prefix`` into the completion itself
+    (those tokens are not sampled, and never trained on), samples the rest, and stops at ``close``.
+
+    ``prefix`` ends where the format's own tokenization splits (before the name's first letter, or after
+    ``"arguments":``), so the forced tokens plus the sampled ones are what re-tokenizing the whole call gives.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    prefix: str
+    close: str
+
+
 class ToolParser(Protocol):
     """Turns sampled text into a ``ParsedResponse``. Never raises on bad model output: it reports it."""
 
     def parse(self, text: str) -> ParsedResponse: ...
+
+    def forced_call(self, name: str | None = None) -> ForcedCall:
+        """The opening a forced tool call starts with (``tool_choice="required"``), up to the arguments
+        when ``name`` is given (a named function). Raises ``ValueError`` when the format cannot force one."""
+        ...
 
 
 # --- the Hermes / Qwen2.5 format: text rendering --------------------------------------------------
@@ -271,12 +290,27 @@ class HermesToolParser:
             return None
         return ToolCall(id=self._new_id(), name=name, arguments=json.dumps(arguments, ensure_ascii=False))
 
+    def forced_call(self, name: str | None = None) -> ForcedCall:
+        """``<tool_call>\\n{"name": "`` (any function), or ``<tool_call>\\n{"name": "NAME", "arguments":``
+        (that one), closed by ``</tool_call>``: the text ``format_tool_call_text`` writes, cut where the
+        tokenizers this format is used with split it (so no space after ``"arguments":``)."""
+        if name is None:
+            return ForcedCall(prefix=f'{TOOL_CALL_OPEN}\n{{"name": "', close=TOOL_CALL_CLOSE)
+        quoted = json.dumps(name, ensure_ascii=False)
+        return ForcedCall(prefix=f'{TOOL_CALL_OPEN}\n{{"name": {quoted}, "arguments":', close=TOOL_CALL_CLOSE)
+
 
 class NoToolParser:
     """Tool parsing off: the whole completion is content (``None`` when empty), never a tool call."""
 
     def parse(self, text: str) -> ParsedResponse:
         return ParsedResponse(content=text or None)
+
+    def forced_call(self, name: str | None = None) -> ForcedCall:
+        raise ValueError(
+            "tool parsing is off (tool format 'none'), so a tool call cannot be forced: "
+            "use a tool format such as 'hermes', or send tool_choice 'auto' or 'none'"
+        )
 
 
 TOOL_PARSERS: dict[str, Callable[[int | None], ToolParser]] = {

@@ -172,7 +172,9 @@ class Trace(BaseModel):
     ``request`` is the validated request as the gateway understood it (messages or prompt, tools, and the
     sampling params it used). ``response_text`` is the text returned to the client (cut before a stop
     string when one matched); ``completion_token_ids`` keep every sampled token, the stop string's and the
-    eos token included. ``weight_version`` is the policy version that sampled it. ``trainable`` is false
+    eos token included. ``completion_mask`` says which of those tokens the model sampled (1) and which the
+    gateway wrote itself (0: the opening of a tool call forced by ``tool_choice``, whose logprobs are 0.0);
+    ``None`` means all were sampled. ``weight_version`` is the policy version that sampled it. ``trainable`` is false
     when the upstream could not report token ids and logprobs (a plain OpenAI-compatible server): such a
     trace documents the call but cannot be trained on. ``upstream`` names the worker that served it.
     """
@@ -191,6 +193,7 @@ class Trace(BaseModel):
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
     logprobs: list[float]
+    completion_mask: list[int] | None = None
     finish_reason: str | None = None
     latency_ms: float
     weight_version: int = 0
@@ -204,10 +207,25 @@ class Trace(BaseModel):
                 f"Trace needs one logprob per completion token: got {len(self.logprobs)} logprobs for "
                 f"{len(self.completion_token_ids)} tokens"
             )
+        mask = self.completion_mask
+        if mask is not None and (
+            len(mask) != len(self.completion_token_ids) or any(m not in (0, 1) for m in mask)
+        ):
+            raise ValueError(
+                f"Trace.completion_mask needs one 0 (forced) or 1 (sampled) per completion token: got "
+                f"{len(mask)} entries for {len(self.completion_token_ids)} tokens"
+            )
         if self.trainable and not self.completion_token_ids and self.finish_reason != "length":
             # An empty sampled completion is impossible from an engine (eos is itself a token).
             raise ValueError("a trainable Trace needs its completion token ids")
         return self
+
+    @property
+    def sampled_mask(self) -> list[int]:
+        """1 for each completion token the model sampled, 0 for one the gateway forced."""
+        if self.completion_mask is None:
+            return [1] * len(self.completion_token_ids)
+        return list(self.completion_mask)
 
     def public(self) -> dict[str, Any]:
         """JSON-safe form for the HTTP API: ``-inf`` logprobs (a token the filter had ruled out) become

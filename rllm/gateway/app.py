@@ -252,6 +252,7 @@ class _Api:
                 prompt_token_ids=result.prompt_ids,
                 completion_token_ids=c.completion_ids,
                 logprobs=c.logprobs,
+                completion_mask=c.completion_mask,
                 finish_reason=c.finish_reason,
                 latency_ms=latency_ms,
                 weight_version=result.weight_version,

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS traces (
     prompt_token_ids TEXT NOT NULL,
     completion_token_ids TEXT NOT NULL,
     logprobs TEXT NOT NULL,
+    completion_mask TEXT,
     finish_reason TEXT,
     latency_ms REAL NOT NULL,
     weight_version INTEGER NOT NULL,
@@ -76,13 +77,24 @@ _COLUMNS = (
     "prompt_token_ids",
     "completion_token_ids",
     "logprobs",
+    "completion_mask",
     "finish_reason",
     "latency_ms",
     "weight_version",
     "trainable",
     "upstream",
 )
-_JSON_COLUMNS = {"request", "response_message", "prompt_token_ids", "completion_token_ids", "logprobs"}
+_JSON_COLUMNS = {
+    "request",
+    "response_message",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "logprobs",
+    "completion_mask",
+}
+# Columns added after the first layout, with the SQL type they are added as: a store written before them
+# gains the column when opened, and its old rows read as NULL (for completion_mask: every token sampled).
+_ADDED_COLUMNS = {"completion_mask": "TEXT"}
 
 
 # The SamplingParams fields a session may override for every call made in it (``n`` stays the client's).
@@ -145,12 +157,28 @@ class TraceStore:
         self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         with self._conn:
             self._conn.executescript(_SCHEMA)
-        cols = {r[1] for r in self._conn.execute("PRAGMA table_info(traces)")}
+        cols = self._add_new_columns()
         if not set(_COLUMNS) <= cols:
             raise RuntimeError(
                 f"{self.path} holds traces in an older layout (missing columns "
                 f"{sorted(set(_COLUMNS) - cols)}): point the gateway at a new --store file"
             )
+
+    def _add_new_columns(self) -> set[str]:
+        """Bring a store written by an older rllm up to this layout (``ALTER TABLE ... ADD COLUMN``), and
+        return the column names. Another process opening the same store may add a column first: fine."""
+        cols = {r[1] for r in self._conn.execute("PRAGMA table_info(traces)")}
+        for name, sql_type in _ADDED_COLUMNS.items():
+            if name in cols:
+                continue
+            try:
+                with self._conn:
+                    self._conn.execute(f"ALTER TABLE traces ADD COLUMN {name} {sql_type}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):
+                    raise
+            cols.add(name)
+        return cols
 
     # ------------------------------------------------------------------ traces
     def add(self, trace: Trace) -> None:
@@ -264,6 +292,7 @@ def _to_row(trace: Trace) -> tuple[Any, ...]:
 
 
 def _from_row(row: tuple[Any, ...]) -> Trace:
-    data = {c: json.loads(v) if c in _JSON_COLUMNS else v for c, v in zip(_COLUMNS, row)}
+    # SQL NULL only in a column added later (_ADDED_COLUMNS), on rows written before it: None.
+    data = {c: json.loads(v) if c in _JSON_COLUMNS and v is not None else v for c, v in zip(_COLUMNS, row)}
     data["trainable"] = bool(data["trainable"])
     return Trace.model_validate(data)

@@ -4,19 +4,23 @@ with the exact prompt/completion token ids and per-token logprobs behind them.
 ``LocalUpstream`` samples in this process from a :class:`~rllm.inference.local.LocalEngine` (no HTTP hop:
 the embedded gateway of a training run). It renders chat messages with the model's chat template
 (:class:`~rllm.inference.chat_template.ChatRenderer`, which also describes ``tools`` to models whose
-template ignores them) and parses tool calls out of the sampled text. HTTP upstreams (vLLM, SGLang, any
+template ignores them) and parses tool calls out of the sampled text. A ``tool_choice`` that forces a call
+(``"required"`` or a named function) is honoured by constrained decoding: the tool format's opening (and
+the function's name) is written into the completion, then the model samples the rest; those forced tokens
+are marked 0 in ``completion_mask`` so training never treats them as sampled. HTTP upstreams (vLLM, SGLang, any
 OpenAI-compatible server) live in :mod:`rllm.gateway.http_upstream`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.inference.base import SamplingParams
 from rllm.inference.chat_template import ChatRenderer
-from rllm.tool_calls import get_tool_parser
+from rllm.tool_calls import ForcedCall, get_tool_parser
 
 
 class UpstreamRequest(BaseModel):
@@ -43,7 +47,9 @@ class UpstreamRequest(BaseModel):
 
 class UpstreamChoice(BaseModel):
     """One sampled choice. ``text`` is what the client sees as content (tool-call markup removed when
-    calls were parsed out of it); ``completion_ids`` and ``logprobs`` are every sampled token."""
+    calls were parsed out of it); ``completion_ids`` and ``logprobs`` are every completion token.
+    ``completion_mask`` is 0 for a token the upstream forced rather than sampled (logprob 0.0), 1 for a
+    sampled one; ``None`` when every token was sampled."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -52,6 +58,7 @@ class UpstreamChoice(BaseModel):
     finish_reason: str
     completion_ids: list[int] = Field(default_factory=list)
     logprobs: list[float] = Field(default_factory=list)
+    completion_mask: list[int] | None = None
     token_strings: list[str] | None = None  # one per completion token, for the client's logprobs reply
 
 
@@ -111,22 +118,62 @@ class LocalUpstream:
         self.context_length: int | None = getattr(config, "max_position_embeddings", None)
 
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
-        if request.tool_choice not in (None, "none", "auto"):
-            raise UpstreamError(
-                400,
-                f"tool_choice {request.tool_choice!r} would force a tool call, which the local "
-                "engine cannot do (it samples freely): send tool_choice 'auto' or 'none'",
-            )
+        forced = self._forced_call(request)
         prompt_ids = self._prompt_ids(request)
         request = self._fit_context(request, len(prompt_ids))
-        completions = await self.engine.generate(prompt_ids, request.params)
+        forced_ids: list[int] = []
+        params = request.params
+        if forced is not None:
+            forced_ids, params = self._forced_ids(forced, params)
+        completions = await self.engine.generate(prompt_ids + forced_ids, params)
         parse = (
             request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
         )
-        choices = [self._choice(c, with_tokens=request.logprobs, parse_tools=parse) for c in completions]
+        force = {"forced": forced, "forced_ids": forced_ids, "stop": request.params.stop}
+        choices = [
+            self._choice(c, with_tokens=request.logprobs, parse_tools=parse, **force) for c in completions
+        ]
         version = completions[0].weight_version if completions else self.engine.weight_version
         return UpstreamResult(
             prompt_ids=prompt_ids, choices=choices, weight_version=version, upstream=self.name
+        )
+
+    def _forced_call(self, request: UpstreamRequest) -> ForcedCall | None:
+        """The call ``tool_choice`` forces (``"required"``: any tool; a named function: that one), or
+        ``None``. A name that is not among ``tools``, or a format that cannot force a call, is a 400."""
+        choice = request.tool_choice
+        if choice in (None, "none", "auto"):
+            return None
+        if request.endpoint != "chat.completions" or not request.tools:
+            raise UpstreamError(400, f"tool_choice {choice!r} needs tools: send the tools the model may call")
+        try:
+            if choice == "required":
+                return self.tool_parser.forced_call()
+            name = _named_function(choice)
+            names = [(t.get("function") or {}).get("name") for t in request.tools]
+            if name not in names:
+                raise UpstreamError(
+                    400,
+                    f"tool_choice names the function {name!r}, which is not in tools "
+                    f"({', '.join(map(repr, names))}): name one of them, or add it to tools",
+                )
+            return self.tool_parser.forced_call(name)
+        except ValueError as exc:  # the tool format cannot force a call
+            raise UpstreamError(400, str(exc)) from exc
+
+    def _forced_ids(self, forced: ForcedCall, params: SamplingParams) -> tuple[list[int], SamplingParams]:
+        """The forced opening's token ids, and the params to sample the rest with: what is left of
+        ``max_tokens`` (the forced tokens are part of the completion), stopping after the call closes."""
+        forced_ids = list(self.engine.tokenizer(forced.prefix, add_special_tokens=False)["input_ids"])
+        left = params.max_tokens - len(forced_ids)
+        if left < 1:
+            raise UpstreamError(
+                400,
+                f"max_tokens {params.max_tokens} leaves no room to sample a forced tool call: its opening "
+                f"{forced.prefix!r} alone is {len(forced_ids)} tokens; raise max_tokens",
+            )
+        return forced_ids, params.model_copy(
+            update={"max_tokens": left, "stop": [*params.stop, forced.close]}
         )
 
     def _prompt_ids(self, request: UpstreamRequest) -> list[int]:
@@ -169,20 +216,36 @@ class LocalUpstream:
             )
         return request
 
-    def _choice(self, c: Any, *, with_tokens: bool, parse_tools: bool) -> UpstreamChoice:
-        """One completion as a choice; with ``parse_tools``, a well-formed tool call becomes ``tool_calls``."""
+    def _choice(
+        self,
+        c: Any,
+        *,
+        with_tokens: bool,
+        parse_tools: bool,
+        forced: ForcedCall | None = None,
+        forced_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+    ) -> UpstreamChoice:
+        """One completion as a choice; with ``parse_tools``, a well-formed tool call becomes ``tool_calls``.
+        After a forced opening (``forced``), the choice is the forced tokens (logprob 0.0, mask 0) then the
+        sampled ones, and its text runs from the opening to the call's close (or a client stop string)."""
+        completion_ids = [*forced_ids, *c.completion_ids]
         choice = UpstreamChoice(
             text=c.text,
             finish_reason=c.finish_reason,
-            completion_ids=c.completion_ids,
-            logprobs=c.logprobs,
-            token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids]
+            completion_ids=completion_ids,
+            logprobs=[0.0] * len(forced_ids) + list(c.logprobs),
+            token_strings=[self.engine.tokenizer.decode([t]) for t in completion_ids]
             if with_tokens
             else None,
         )
+        if forced is not None:
+            choice.completion_mask = [0] * len(forced_ids) + [1] * len(c.completion_ids)
+            sampled = self.engine.tokenizer.decode(c.completion_ids, skip_special_tokens=True)
+            choice.text = forced.prefix + _cut_forced(sampled, forced.close, stop)
         if not parse_tools:
             return choice
-        parsed = self.tool_parser.parse(c.text)
+        parsed = self.tool_parser.parse(choice.text)
         if parsed.tool_calls and not parsed.errors:
             choice.text = parsed.content or ""
             choice.tool_calls = [
@@ -198,3 +261,34 @@ class LocalUpstream:
 
     async def aclose(self) -> None:
         return None
+
+
+def _named_function(choice: Any) -> str:
+    """The name in a ``{"type": "function", "function": {"name": ...}}`` tool choice; a 400 otherwise."""
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if (
+        not isinstance(choice, dict)
+        or choice.get("type") != "function"
+        or set(choice) != {"type", "function"}
+        or set(function or {}) != {"name"}
+        or not isinstance(name, str)
+    ):
+        raise UpstreamError(
+            400,
+            'tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
+            f'{{"name": "<one of the tools>"}}}}, got {choice!r}',
+        )
+    return name
+
+
+def _cut_forced(sampled: str, close: str, stop: Sequence[str]) -> str:
+    """The sampled rest of a forced call as the client gets it: up to and including ``close`` (the engine
+    stopped there), or cut before a client stop string that came first (OpenAI's stop semantics)."""
+    end = sampled.find(close)
+    cut = len(sampled) if end < 0 else end + len(close)
+    for s in stop:
+        hit = sampled.find(s) if s else -1
+        if 0 <= hit < cut:
+            cut = hit
+    return sampled[:cut]

@@ -291,13 +291,3 @@ def test_malformed_tool_call_stays_text(tiny_engine, tmp_path) -> None:
         )
         assert resp.choices[0].message.tool_calls is None
         assert resp.choices[0].message.content == reply and resp.choices[0].finish_reason == "stop"
-
-
-def test_forcing_a_tool_call_is_refused_by_the_local_engine(server: _Server) -> None:
-    tools = [{"type": "function", "function": {"name": "add"}}]
-    for choice in ("required", {"type": "function", "function": {"name": "add"}}):
-        with pytest.raises(openai.BadRequestError, match="cannot do"):
-            server.client("force").chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "x"}], tools=tools, tool_choice=choice
-            )
-    assert server.traces("force") == []

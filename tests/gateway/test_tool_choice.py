@@ -1,0 +1,295 @@
+"""tool_choice "required" and a named function on the local engine: the tool call's opening is forced
+(written into the completion, logprob 0.0, completion_mask 0), the rest sampled, and training sees the
+forced tokens as not sampled (response_mask 0)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from gateway_support import MODEL
+from gateway_support import GatewayFixture as _Server
+
+from rllm.engine.assembly import assemble_steps
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.inference.base import Completion, SamplingParams
+from rllm.tool_calls import HermesToolParser, NoToolParser, format_tool_call_text
+from rllm.types import Trace
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculate",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "final_answer", "parameters": {"type": "object"}}},
+]
+REQUIRED = HermesToolParser().forced_call().prefix
+NAMED = HermesToolParser().forced_call("calculate").prefix
+QUESTION = [{"role": "user", "content": "What is 23 * 45?"}]
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+class ContinuationEngine:
+    """FAKE engine: the k-th call gets the k-th scripted continuation (real tokenizer, eos appended),
+    because a tiny random model never completes a tool call. The upstream, renderer, forcing, parser,
+    gateway and client around it are real. Records each call's prompt ids and sampling params."""
+
+    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
+        self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1
+        self.calls: list[tuple[list[int], SamplingParams]] = []
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        reply = self.replies[len(self.calls)]
+        self.calls.append((list(prompt_ids), params))
+        ids = _ids(self.tokenizer, reply) + [self.tokenizer.eos_token_id]
+        return [
+            Completion(
+                prompt_ids=prompt_ids,
+                completion_ids=ids,
+                logprobs=[-0.5] * len(ids),
+                text=reply,
+                finish_reason="stop",
+                weight_version=1,
+            )
+        ] * params.n
+
+
+@pytest.fixture()
+def scripted(tiny_engine: Any, tmp_path: Path) -> Iterator[Any]:
+    """``scripted(replies)`` -> (client for session "s", engine, store): a gateway over ContinuationEngine."""
+    servers: list[Any] = []
+
+    def make(replies: list[str]) -> tuple[openai.OpenAI, ContinuationEngine, TraceStore]:
+        engine = ContinuationEngine(tiny_engine.tokenizer, replies)
+        store = TraceStore(tmp_path / f"t{len(servers)}.db")
+        srv = GatewayServer(create_app(engine, store, model_name=MODEL)).__enter__()
+        servers.append((srv, store))
+        client = openai.OpenAI(base_url=f"{srv.url}/sessions/s/v1", api_key="x", max_retries=0, timeout=60)
+        return client, engine, store
+
+    yield make
+    for srv, store in servers:
+        srv.__exit__(None, None, None)
+        store.close()
+
+
+def test_required_forces_the_opening_on_the_real_engine(server: _Server) -> None:
+    """The tiny random model writes garbage after the opening: it comes back as content, as sampled."""
+    resp = server.client("req").chat.completions.create(
+        model=MODEL,
+        messages=QUESTION,
+        tools=TOOLS,
+        tool_choice="required",
+        max_tokens=12,
+        logprobs=True,
+        seed=1,
+    )
+    (trace,) = server.traces("req")
+    forced = _ids(server.engine.tokenizer, REQUIRED)
+    k = len(forced)
+    assert trace["completion_token_ids"][:k] == forced
+    assert trace["completion_mask"] == [0] * k + [1] * (len(trace["completion_token_ids"]) - k)
+    assert trace["logprobs"][:k] == [0.0] * k and all(lp < 0 for lp in trace["logprobs"][k:])
+    assert len(trace["completion_token_ids"]) <= 12  # the forced tokens count towards max_tokens
+    (choice,) = resp.choices
+    assert choice.message.tool_calls is None and choice.message.content.startswith(REQUIRED)
+    assert choice.finish_reason == trace["finish_reason"] in ("stop", "length")
+    assert [c.logprob for c in choice.logprobs.content][:k] == [0.0] * k
+    assert trace["request"]["sampling_params"]["stop"] == []  # the client's params, not the forced stop
+    assert trace["request"]["tool_choice"] == "required"
+
+
+def test_named_function_forces_its_name(server: _Server) -> None:
+    choice = {"type": "function", "function": {"name": "calculate"}}
+    server.client("named").chat.completions.create(
+        model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice=choice, max_tokens=20, seed=2
+    )
+    (trace,) = server.traces("named")
+    forced = _ids(server.engine.tokenizer, NAMED)
+    assert trace["completion_token_ids"][: len(forced)] == forced
+    assert trace["completion_mask"].count(0) == len(forced) and trace["completion_mask"][: len(forced)] == [
+        0
+    ] * len(forced)
+    assert server.engine.tokenizer.decode(trace["completion_token_ids"]).startswith(
+        '<tool_call>\n{"name": "calculate", "arguments":'
+    )
+
+
+def test_unforced_calls_keep_no_mask(server: _Server) -> None:
+    server.client("auto").chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS, max_tokens=4)
+    (trace,) = server.traces("auto")
+    assert trace["completion_mask"] is None
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "max_tokens", "message"),
+    [
+        ({"type": "function", "function": {"name": "search"}}, 20, "'search', which is not in tools"),
+        ({"type": "function", "function": {"name": "calculate", "x": 1}}, 20, "tool_choice must be"),
+        ({"type": "function"}, 20, "tool_choice must be"),
+        ({"type": "retrieval", "function": {"name": "calculate"}}, 20, "tool_choice must be"),
+        ("required", 5, "leaves no room to sample a forced tool call"),
+    ],
+)
+def test_bad_forcing_is_a_400_and_records_nothing(
+    server: _Server, tool_choice: Any, max_tokens: int, message: str
+) -> None:
+    with pytest.raises(openai.BadRequestError, match=message):
+        server.client("bad").chat.completions.create(
+            model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice=tool_choice, max_tokens=max_tokens
+        )
+    assert server.traces("bad") == []
+
+
+def test_a_format_without_tool_calls_cannot_force_one() -> None:
+    with pytest.raises(ValueError, match="cannot be forced"):
+        NoToolParser().forced_call()
+
+
+def test_forced_prefix_is_how_the_whole_call_tokenizes(tiny_engine: Any) -> None:
+    """Forced tokens + sampled tokens must equal what re-rendering the call gives, or assembly could not
+    merge the next turn: so the prefix ends where the tokenizer splits the canonical call text."""
+    tokenizer = tiny_engine.tokenizer
+    for name, args in [("calculate", {"expression": "23*45"}), ("final_answer", {"answer": "1035"})]:
+        whole = _ids(tokenizer, format_tool_call_text(name, args))
+        for prefix in (REQUIRED, HermesToolParser().forced_call(name).prefix):
+            forced = _ids(tokenizer, prefix)
+            assert whole[: len(forced)] == forced, prefix
+
+
+def test_forced_call_is_parsed_and_stops_at_its_close(scripted: Any) -> None:
+    # The fake ignores stop strings; the text the client gets still ends at </tool_call>.
+    rest = 'calculate", "arguments": {"expression": "23*45"}}\n</tool_call> and then some rambling'
+    client, engine, store = scripted([rest])
+    resp = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="required")
+    (choice,) = resp.choices
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculate" and json.loads(call.function.arguments) == {
+        "expression": "23*45"
+    }
+    (prompt_ids, params), forced = engine.calls[0], _ids(engine.tokenizer, REQUIRED)
+    assert prompt_ids[-len(forced) :] == forced  # the engine continued prompt + forced opening
+    assert params.stop == ["</tool_call>"] and params.max_tokens == 256 - len(forced)
+    (trace,) = store.list("s")
+    assert trace.completion_token_ids == forced + _ids(engine.tokenizer, rest) + [
+        engine.tokenizer.eos_token_id
+    ]
+    assert trace.sampled_mask == [0] * len(forced) + [1] * (len(trace.completion_token_ids) - len(forced))
+    assert trace.response_message["tool_calls"][0]["function"]["name"] == "calculate"
+
+
+def test_named_call_samples_only_the_arguments(scripted: Any) -> None:
+    client, engine, _ = scripted([' {"expression": "2+2"}}\n</tool_call>'])
+    resp = client.chat.completions.create(
+        model=MODEL,
+        messages=QUESTION,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "calculate"}},
+        stop=["\n\n"],
+    )
+    (call,) = resp.choices[0].message.tool_calls
+    assert call.function.name == "calculate" and call.function.arguments == '{"expression": "2+2"}'
+    assert engine.calls[0][1].stop == ["\n\n", "</tool_call>"]
+
+
+def test_garbled_forced_call_comes_back_as_text(scripted: Any) -> None:
+    client, _, store = scripted(["calc oops"])
+    resp = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="required")
+    (choice,) = resp.choices
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+    assert choice.message.content == REQUIRED + "calc oops"
+    assert store.list("s")[0].response_text == REQUIRED + "calc oops"
+
+
+def test_forced_call_merges_into_a_multi_turn_step_with_its_mask(scripted: Any) -> None:
+    """Turn 1 is a forced call, turn 2 answers after the tool result: one training sequence in which the
+    forced opening and the tool result are masked out and only sampled tokens are trained on."""
+    rest = 'calculate", "arguments": {"expression": "23*45"}}\n</tool_call>'
+    client, engine, store = scripted([rest, "1035"])
+    first = client.chat.completions.create(
+        model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="required"
+    )
+    call = first.choices[0].message.tool_calls[0]
+    history = [
+        *QUESTION,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "1035"},
+    ]
+    client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS)
+    t1, t2 = store.list("s")
+    (step,), metrics = assemble_steps([t1, t2])
+    assert metrics["assembly/merged_calls"] == 1 and metrics["assembly/drift_splits"] == 0
+    k, n1, n2 = (
+        len(_ids(engine.tokenizer, REQUIRED)),
+        len(t1.completion_token_ids),
+        len(t2.completion_token_ids),
+    )
+    between = len(t2.prompt_token_ids) - len(t1.prompt_token_ids) - n1
+    assert step.response_mask == [0] * k + [1] * (n1 - k) + [0] * between + [1] * n2
+    assert step.logprobs[:k] == [0.0] * k and step.logprobs[k:n1] == [-0.5] * (n1 - k)
+    assert "1035" in engine.tokenizer.decode(step.response_ids[n1 : n1 + between])
+
+
+def _trace(**kw: Any) -> Trace:
+    base = dict(
+        session_id="s",
+        request_id="r",
+        endpoint="chat.completions",
+        request={},
+        response_text="x",
+        prompt_token_ids=[1, 2],
+        completion_token_ids=[3, 4, 5],
+        logprobs=[0.0, -1.0, -2.0],
+        latency_ms=1.0,
+    )
+    return Trace(**{**base, **kw})
+
+
+def test_trace_store_keeps_the_mask(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "t.db") as store:
+        store.add_many([_trace(completion_mask=[0, 1, 1]), _trace(request_id="r2")])
+        forced, plain = store.list("s")
+    assert forced.completion_mask == [0, 1, 1] and forced.sampled_mask == [0, 1, 1]
+    assert plain.completion_mask is None and plain.sampled_mask == [1, 1, 1]
+    with pytest.raises(ValueError, match="completion_mask"):
+        _trace(completion_mask=[0, 1])
+    with pytest.raises(ValueError, match="completion_mask"):
+        _trace(completion_mask=[0, 2, 1])
+
+
+def test_store_written_before_the_mask_gains_the_column(tmp_path: Path) -> None:
+    """A traces.db of the layout without completion_mask opens, reads its old rows as all sampled, and
+    stores new masked rows."""
+    path = tmp_path / "old.db"
+    with TraceStore(path) as store:
+        store.add(_trace())
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE traces DROP COLUMN completion_mask")
+    conn.commit()
+    conn.close()
+    with TraceStore(path) as store:
+        (old,) = store.list("s")
+        assert old.completion_mask is None and old.sampled_mask == [1, 1, 1]
+        store.add(_trace(request_id="new", completion_mask=[0, 0, 1]))
+        assert store.list("s")[1].completion_mask == [0, 0, 1]
+    with TraceStore(path) as store:  # opening a current store again changes nothing
+        assert len(store.list("s")) == 2
