@@ -1,0 +1,111 @@
+"""Train the model behind the smolagents ToolCallingAgent in agent.py, through the gateway.
+
+The trainer serves its in-process engine behind an embedded gateway on loopback; every episode is a
+gateway session. ToolCallingAgent sends `tool_choice="required"` on every call, which the local engine
+honours by forcing the opening of a tool call (`<tool_call>\\n{"name": "`) and sampling the rest: those
+forced tokens are recorded as not sampled and never trained on (`response_mask` 0). smolagents renders
+its history as text ("Calling tools: [...]", "Observation: ..."), not as the tool-call tokens the model
+wrote, so each model call is its own training sequence (counted in `assembly/drift_splits`).
+
+The tasks are products of two 2-3 digit numbers; the reward is whether the final answer is the product.
+
+    .venv/bin/python examples/smolagents_agent/train.py [key=value ...]      e.g. trainer.steps=8
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import rllm
+from rllm.rewards.basic import single_number_match
+
+sys.path.insert(0, str(Path(__file__).parent))
+from agent import build_agent, solve
+
+# Small defaults for this example; anything here can be overridden on the command line.
+DEFAULTS = [
+    "trainer.name=smolagents-agent",
+    "trainer.steps=4",
+    "rollout.batch_size=4",
+    "rollout.group_size=4",
+    "rollout.max_tokens=48",  # per model call; a forced call is ~25 tokens
+    "rollout.temperature=0.7",
+    "backend.micro_batch_size=4",
+    "eval.every_steps=0",  # held-out eval before and after only
+    "eval.max_tokens=48",
+    "data.train_size=2000",
+    "data.test_size=16",
+]
+QUESTIONS = ["What is {a} * {b}?", "Compute {a} times {b}.", "Multiply {a} by {b}."]
+
+# smolagents agents are synchronous: each episode runs its agent in a thread of its own (the default
+# executor has only a few threads, which would hold back the episodes whose calls batch together).
+_AGENT_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="smolagents")
+
+
+def make_tasks(n_train: int, n_test: int, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Products `a * b` of 2-3 digit numbers: a train split and a disjoint held-out split."""
+    rng = random.Random(seed)
+    pairs: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    while len(pairs) < n_train + n_test:
+        pair = (rng.randint(10, 999), rng.randint(10, 999))
+        if pair not in seen and (pair[1], pair[0]) not in seen:
+            seen.add(pair)
+            pairs.append(pair)
+
+    def task(split: str, i: int, a: int, b: int) -> dict[str, Any]:
+        question = rng.choice(QUESTIONS).format(a=a, b=b)
+        return {"task_id": f"mul-{split}-{i}", "question": question, "ground_truth": str(a * b)}
+
+    test = [task("test", i, a, b) for i, (a, b) in enumerate(pairs[:n_test])]
+    train = [task("train", i, a, b) for i, (a, b) in enumerate(pairs[n_test:])]
+    return train, test
+
+
+@rllm.rollout
+async def calculator_agent(task: dict, config: rllm.AgentConfig) -> str:
+    # The agent is built per episode: config.base_url is this episode's gateway session.
+    agent = build_agent(config.base_url, config.api_key, config.model, max_tokens=48)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_AGENT_THREADS, solve, agent, task["question"])
+
+
+def calculator_calls(episode: rllm.Episode) -> int:
+    """How many times the agent called `calculate`, read from what smolagents sent back to the model
+    (its history says "Calling tools: [{... 'name': 'calculate' ...}]" after each call)."""
+    histories = [step.messages for traj in episode.trajectories for step in traj.steps]
+    longest = max(histories, key=len, default=[])
+    return sum("'name': 'calculate'" in str(m.get("content") or "") for m in longest)
+
+
+@rllm.evaluator
+def grade(task: dict, episode: rllm.Episode) -> rllm.Outcome:
+    correct = single_number_match(episode.info["output"] or "", task["ground_truth"])
+    return rllm.Outcome(
+        reward=float(correct), is_correct=correct, signals={"calculator_calls": calculator_calls(episode)}
+    )
+
+
+def main(overrides: list[str]) -> rllm.TrainResult:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in ("httpx", "httpx2", "transformers", "openai", "smolagents"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    config = rllm.load_config(rllm.TrainConfig, None, [*DEFAULTS, *overrides])
+    train, test = make_tasks(config.data.train_size, config.data.test_size, seed=config.trainer.seed)
+    result = rllm.AgentTrainer(
+        config, workflow=calculator_agent, evaluator=grade, train_tasks=train, test_tasks=test
+    ).train()
+    print(f"held-out accuracy: {result.initial_accuracy:.1%} -> {result.final_accuracy:.1%}")
+    print(f"traces: {result.run_dir / 'traces.db'}; final model: {result.final_model_dir}")
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
