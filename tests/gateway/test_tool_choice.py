@@ -250,17 +250,17 @@ def test_forced_call_merges_into_a_multi_turn_step_with_its_mask(scripted: Any) 
 
 
 def _trace(**kw: Any) -> Trace:
-    base = dict(
-        session_id="s",
-        request_id="r",
-        endpoint="chat.completions",
-        request={},
-        response_text="x",
-        prompt_token_ids=[1, 2],
-        completion_token_ids=[3, 4, 5],
-        logprobs=[0.0, -1.0, -2.0],
-        latency_ms=1.0,
-    )
+    base = {
+        "session_id": "s",
+        "request_id": "r",
+        "endpoint": "chat.completions",
+        "request": {},
+        "response_text": "x",
+        "prompt_token_ids": [1, 2],
+        "completion_token_ids": [3, 4, 5],
+        "logprobs": [0.0, -1.0, -2.0],
+        "latency_ms": 1.0,
+    }
     return Trace(**{**base, **kw})
 
 

@@ -1,0 +1,182 @@
+"""examples/smolagents_agent: smolagents' ToolCallingAgent, unchanged (OpenAIServerModel, tool_choice
+"required" on every call), against a real gateway on loopback and trained through it. Skipped where the
+`smolagents` extra is not installed (CI's extras tier installs it and checks the import first)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("smolagents")
+
+from transformers import AutoTokenizer
+
+from rllm.engine.workflow_engine import WorkflowEngine
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.inference.base import Completion, SamplingParams
+from rllm.sdk import GatewayWorkflow
+from rllm.tool_calls import HermesToolParser
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "smolagents_agent"
+FORCED = HermesToolParser().forced_call().prefix  # what the gateway writes before the model samples
+CALCULATE = 'calculate", "arguments": {"expression": "23 * 45"}}\n</tool_call>'
+ANSWER = 'final_answer", "arguments": {"answer": "1035"}}\n</tool_call>'
+TASK = {"task_id": "mul-23-45", "question": "What is 23 * 45?", "ground_truth": "1035"}
+
+
+@pytest.fixture(scope="module")
+def example() -> Iterator[ModuleType]:
+    """examples/smolagents_agent/train.py as a module; a foreign `agent` module (other examples have
+    one) is set aside while it loads and put back afterwards."""
+    saved_agent, saved_path = sys.modules.pop("agent", None), list(sys.path)
+    spec = importlib.util.spec_from_file_location("smolagents_example_train", EXAMPLE / "train.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules.pop("agent", None)
+    if saved_agent is not None:
+        sys.modules["agent"] = saved_agent
+    sys.path[:] = saved_path
+    yield module
+
+
+class ScriptedContinuations:
+    """FAKE engine: the k-th call gets the k-th scripted continuation of what the gateway forced (real
+    tokenizer, eos appended), because a tiny random model never completes a tool call. The gateway, the
+    forcing, renderer, parser, smolagents' agent loop, its OpenAIServerModel client and the tool are real.
+    Records each call's prompt ids and sampling params."""
+
+    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
+        self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1
+        self.calls: list[tuple[list[int], SamplingParams]] = []
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        reply = self.replies[len(self.calls)]
+        self.calls.append((list(prompt_ids), params))
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return [
+            Completion(
+                prompt_ids=prompt_ids,
+                completion_ids=ids,
+                logprobs=[-0.5] * len(ids),
+                text=reply,
+                finish_reason="stop",
+                weight_version=1,
+            )
+        ]
+
+
+def _run_scripted(
+    example: ModuleType, tokenizer: Any, replies: list[str], db: Path
+) -> tuple[Any, ScriptedContinuations, list]:
+    """Run the example's flow and evaluator on TASK through a gateway over the fake engine."""
+    engine = ScriptedContinuations(tokenizer, replies)
+    with TraceStore(db) as store, GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
+        workflow = GatewayWorkflow(example.calculator_agent, example.grade, gateway_url=srv.url, model="tiny")
+        runner = WorkflowEngine(
+            workflow, engine, SamplingParams(temperature=1.0, max_tokens=48, seed=3), show_progress=False
+        )
+        (episode,) = asyncio.run(runner.run_tasks([TASK]))
+        traces = store.list(episode.id)
+    return episode, engine, traces
+
+
+def test_tool_calling_agent_runs_unchanged_with_forced_calls(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    episode, engine, traces = _run_scripted(example, tokenizer, [CALCULATE, ANSWER], tmp_path / "t.db")
+    assert not episode.failed, episode.error
+    assert episode.info["output"] == "1035" and episode.reward == 1.0 and episode.is_correct
+    assert episode.metrics["signal/calculator_calls"] == 1
+
+    # smolagents asked for a tool call every time; the gateway forced the opening and the model's
+    # continuation was parsed into the call smolagents ran (the calculator's result is in call 2's prompt).
+    t1 = traces[0]
+    assert [t.request["tool_choice"] for t in traces] == ["required", "required"]
+    assert [t.response_message["tool_calls"][0]["function"]["name"] for t in traces] == [
+        "calculate",
+        "final_answer",
+    ]
+    assert json.loads(t1.response_message["tool_calls"][0]["function"]["arguments"]) == {
+        "expression": "23 * 45"
+    }
+    assert all(t.finish_reason == "tool_calls" for t in traces)
+    assert "Observation:\n1035" in tokenizer.decode(engine.calls[1][0])
+    forced = tokenizer(FORCED, add_special_tokens=False)["input_ids"]
+    assert all(prompt[-len(forced) :] == forced and "</tool_call>" in p.stop for prompt, p in engine.calls)
+
+    # smolagents re-renders its history as text, so each call is its own step; in each, the forced
+    # opening is masked out and logged at logprob 0, the sampled rest is trained on.
+    steps = episode.trajectories[0].steps
+    assert len(steps) == 2
+    for step, trace in zip(steps, traces):
+        assert step.response_ids == trace.completion_token_ids
+        assert step.response_mask == [0] * len(forced) + [1] * (len(step.response_ids) - len(forced))
+        assert step.logprobs[: len(forced)] == [0.0] * len(forced)
+    assert episode.trajectories[0].reward == 1.0
+
+
+def test_garbled_call_is_reported_to_the_agent_and_scored(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A continuation that is no valid call comes back as text; smolagents tells the model it could not
+    parse a call, and after max_steps asks for a final answer without tools (not forced)."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    replies = ["calc(23*45) oops", 'nope", "arguments": {}}\n</tool_call>', "It is 1000."]
+    episode, _engine, traces = _run_scripted(example, tokenizer, replies, tmp_path / "t.db")
+    assert not episode.failed, episode.error
+    assert episode.reward == 0.0 and episode.metrics["signal/calculator_calls"] == 0
+    assert traces[0].response_message["tool_calls"] is None
+    assert traces[0].response_text == FORCED + "calc(23*45) oops"
+    assert traces[1].response_message["tool_calls"][0]["function"]["name"] == "nope"
+    assert traces[-1].request.get("tool_choice") is None and traces[-1].completion_mask is None
+
+
+def test_calculator_evaluates_arithmetic_only(example: ModuleType) -> None:
+    calculate = example.build_agent.__globals__["calculate"]
+    assert calculate(expression="(12 + 3) * -4 / 8") == "-7.5"
+    assert calculate(expression="347*29") == "10063"
+    for bad in ("2**100", "__import__('os')", "x + 1", "1/0", "1 +"):
+        assert calculate(expression=bad).startswith("error:")
+
+
+def test_example_trains_two_steps_on_the_tiny_model(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The example's main() end to end on a tiny random model: it never writes a usable call, so there is
+    no reward signal, but rollouts through smolagents, forcing, scoring, eval and logging all run."""
+    result = example.main(
+        [
+            f"model.path={tiny_model_dir}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.steps=2",
+            "trainer.plot=false",
+            "lora.enabled=false",
+            "backend.device=cpu",
+            "backend.autocast=none",
+            "inference.dtype=float32",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "rollout.max_tokens=24",
+            "eval.max_tokens=24",
+            "data.train_size=8",
+            "data.test_size=2",
+        ]
+    )
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["episodes"] == 4 and r["episodes/failed"] == 0 for r in steps)
+    assert all(r["assembly/calls"] >= 1 for r in steps)
+    assert result.initial_accuracy is not None and result.final_accuracy is not None
