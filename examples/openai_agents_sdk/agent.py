@@ -104,8 +104,11 @@ def calculate(expression: str) -> str:
 
 
 def make_client(base_url: str, api_key: str) -> AsyncOpenAI:
-    """The OpenAI client the agent talks through (any OpenAI-compatible server with the Responses API)."""
-    return AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=1, timeout=300)
+    """The OpenAI client the agent talks through (any OpenAI-compatible server with the Responses API).
+
+    A model on a shared CPU can take minutes per call when a whole batch of episodes waits on it, hence the
+    long timeout; no retries, since a retried call would be sampled (and recorded) twice."""
+    return AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=1800)
 
 
 def build_agent(client: AsyncOpenAI, model: str, *, max_tokens: int = 96, temperature: float = 0.7) -> Agent:
