@@ -45,7 +45,6 @@ _HARMLESS = {
     "prompt_cache_retention",
     "prompt_cache_options",
     "stream_options",
-    "moderation",
 }
 # Refused unless sent as their "off" value (None, False, [] ...), with what to do instead.
 _REFUSED = {
@@ -57,6 +56,7 @@ _REFUSED = {
     "access_programs": "access_programs is not supported",
     "background_options": "background_options is not supported",
     "image": "image generation options are not supported",
+    "moderation": "moderation is not supported: the gateway screens no input or output",
 }
 _INCLUDABLE = {
     "file_search_call.results",

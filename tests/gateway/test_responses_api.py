@@ -164,6 +164,7 @@ def test_default_and_session_urls_record_in_their_sessions(server: _Server) -> N
         ({"reasoning": {"effort": "high"}}, "reasoning", "reasoning"),
         ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
         ({"background": True}, "background", "background"),
+        ({"moderation": {"model": "omni"}}, "moderation", "screens no"),
         ({"truncation": "auto"}, "truncation", "disabled"),
         ({"top_logprobs": 3}, "top_logprobs", "sampled token"),
         ({"include": ["nonsense"]}, "include", "unknown value"),
