@@ -10,6 +10,7 @@ Routes (each ``/v1`` route also under ``/sessions/{session_id}``):
 
 - ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not; ``n``, ``stop``, ``seed``,
   ``tools`` / ``tool_choice``, ``logprobs``), ``GET /v1/models``;
+- ``POST /v1/responses``: OpenAI's Responses API, translated to chat (:mod:`rllm.gateway.responses_api`);
 - ``POST /sessions`` (create, with sampling overrides), ``GET /sessions``, ``GET /sessions/{id}``,
   ``DELETE /sessions/{id}``, ``GET /sessions/{id}/traces``, ``GET /traces`` (query), ``GET /health``;
 - ``POST /admin/policy`` (``{"model", "weight_version"}``): which model/adapter name an HTTP upstream asks
@@ -46,6 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rllm.gateway.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
 from rllm.gateway.responses import completion_body, stream_chunks
+from rllm.gateway.responses_api import ResponsesRequest, continue_from, response_body, stream_events, to_chat
 from rllm.gateway.traces import OVERRIDABLE_SAMPLING, SessionInfo, Trace, TraceQuery, TraceStore
 from rllm.gateway.upstreams import LocalUpstream, Upstream, UpstreamError, UpstreamRequest, UpstreamResult
 from rllm.inference.base import SamplingParams
@@ -172,6 +174,48 @@ class _Api:
         req: CompletionRequest = _parse(await self.body_of(request), CompletionRequest)
         up = {"endpoint": "completions", "prompt": req.prompt, "logprobs": req.logprobs is not None}
         return await self._serve(request, req, up, {"prompt": req.prompt}, req.to_sampling_params)
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API, translated to chat and recorded as chat (``rllm.gateway.responses_api``)."""
+        req: ResponsesRequest = _parse(await self.body_of(request), ResponsesRequest)
+        history: list[dict[str, Any]] = []
+        if req.previous_response_id is not None:
+            previous = await asyncio.to_thread(self.state.store.request, req.previous_response_id)
+            history = continue_from(previous, req.previous_response_id)
+        messages, tools, tool_choice = to_chat(req, history)
+        up = {
+            "endpoint": "chat.completions",
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": tool_choice,
+            "logprobs": req.wants_logprobs,
+            "max_tokens_given": req.max_output_tokens is not None,
+        }
+        record = {
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": tool_choice,
+            "instructions": req.instructions,
+            "previous_response_id": req.previous_response_id,
+        }
+        sampled = await self.sample(
+            request, up, record, req.to_sampling_params, prefix="resp_", api="responses"
+        )
+        body = response_body(
+            req,
+            sampled.request_id,
+            sampled.created,
+            self.state.model_name,
+            sampled.result,
+            record["sampling_params"],
+        )
+        if req.stream:
+            return StreamingResponse(
+                _aiter(stream_events(body)),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return JSONResponse(body)
 
     async def _serve(
         self, request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any
@@ -356,6 +400,7 @@ class _Api:
             routes += [
                 Route(f"{prefix}/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route(f"{prefix}/v1/completions", self.completions, methods=["POST"]),
+                Route(f"{prefix}/v1/responses", self.responses, methods=["POST"]),
                 Route(f"{prefix}/v1/models", self.list_models, methods=["GET"]),
             ]
         return [

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS traces (
     upstream TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS traces_by_session ON traces (session_id, seq);
+CREATE INDEX IF NOT EXISTS traces_by_request ON traces (request_id);
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     created_at REAL NOT NULL,
@@ -121,7 +122,7 @@ class TraceQuery(BaseModel):
 
     session_id: str | None = None
     session_prefix: str | None = None
-    endpoint: Literal["chat.completions", "completions"] | None = None
+    endpoint: Literal["chat.completions", "completions", "responses"] | None = None
     since: float | None = None  # created_at >= since (unix seconds)
     after_seq: int = Field(0, ge=0, lt=2**63)
     limit: int = Field(100, ge=1, le=10_000)
@@ -197,6 +198,14 @@ class TraceStore:
     def list(self, session_id: str) -> list[Trace]:
         """A session's traces in the order they were stored."""
         return [t for _, t in self.query(TraceQuery(session_id=session_id, limit=10_000))]
+
+    def request(self, request_id: str) -> list[Trace]:
+        """The traces of one request (one per choice), by the id its reply carried; [] if unknown. A
+        Responses API ``previous_response_id`` is read back this way, from any process sharing the store."""
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM traces WHERE request_id = ? ORDER BY choice_index"
+        with self._lock:
+            rows = self._conn.execute(sql, (request_id,)).fetchall()
+        return [_from_row(r) for r in rows]
 
     def query(self, q: TraceQuery) -> list[tuple[int, Trace]]:
         """``(seq, trace)`` pairs matching ``q``, oldest first."""

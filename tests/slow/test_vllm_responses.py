@@ -1,0 +1,79 @@
+"""The gateway's ``/v1/responses`` in front of a real vLLM server (CPU build, its own venv): a Responses call
+is translated to chat, sampled by vLLM and recorded with vLLM's own token ids and logprobs; a conversation
+continued with ``previous_response_id`` assembles into one training sequence.
+
+Needs ``bash scripts/setup_vllm.sh`` (or ``RLLM_VLLM_VENV``); run with ``pytest -m vllm``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from rllm.engine.assembly import assemble_steps
+from rllm.gateway.app import create_app
+from rllm.gateway.http_upstream import HTTPUpstream
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.inference.vllm_server import VLLMServer, default_vllm_python
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    from rllm.models import resolve_model
+
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def gateway(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TraceStore]]:
+    if not default_vllm_python().exists():
+        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
+    store = TraceStore(tmp_path_factory.mktemp("vllm-responses") / "traces.db")
+    with (
+        VLLMServer(model_dir, served_model_name="smollm2") as vllm,
+        GatewayServer(create_app(HTTPUpstream([vllm.base_url]), store, model_name="policy")) as srv,
+    ):
+        yield srv.url, store
+    store.close()
+
+
+def test_responses_through_vllm_are_token_faithful_and_merge(gateway: tuple, model_dir: str) -> None:
+    from transformers import AutoTokenizer
+
+    url, store = gateway
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    client = openai.OpenAI(base_url=f"{url}/sessions/r1/v1", api_key="x", max_retries=0, timeout=300)
+    first = client.responses.create(
+        model="policy", input="Name a colour. One word.", instructions="Be brief.", max_output_tokens=12
+    )
+    (t1,) = store.list("r1")
+    assert t1.trainable and t1.endpoint == "responses" and t1.upstream.startswith("http")
+    assert tok.decode(t1.completion_token_ids, skip_special_tokens=True) == first.output_text
+    assert t1.prompt_token_ids == tok.apply_chat_template(
+        t1.request["messages"], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert first.usage.output_tokens == len(t1.completion_token_ids) == len(t1.logprobs)
+
+    # Continued by id, streamed: one merged sequence when the template re-renders the reply as sampled.
+    events = list(
+        client.responses.create(
+            model="policy",
+            input="Another one.",
+            instructions="Be brief.",
+            previous_response_id=first.id,
+            max_output_tokens=12,
+            stream=True,
+        )
+    )
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    t1, t2 = store.list("r1")
+    assert t2.request["messages"][2] == {"role": "assistant", "content": first.output_text}
+    steps, metrics = assemble_steps([t1, t2])
+    if t1.finish_reason == "stop":  # a reply cut by max_output_tokens has no eos to re-render after it
+        assert metrics["assembly/merged_calls"] == 1 and len(steps) == 1
+        assert sum(steps[0].response_mask) == len(t1.completion_token_ids) + len(t2.completion_token_ids)
