@@ -153,5 +153,15 @@ def test_transform_details() -> None:
     assert (
         xlam["metadata"]["tools"][0]["name"] == "live_giveaways_by_type" and "Tools:\n{" in xlam["question"]
     )
+    row = ROWS["verifiable-coding"].hub_row
+    open_r1 = {
+        **row,
+        "problem_statement": row["prompt"],
+        "verification_info": json.loads(row["verification_info"]),
+    }
+    del open_r1["prompt"]  # open-r1's Python copy: the statement renamed, verification_info a struct
+    assert catalog_entry("verifiable-coding").to_task(open_r1, "train", 0) == catalog_entry(
+        "verifiable-coding"
+    ).to_task(row, "train", 0)
     trivia = catalog_entry("triviaqa").to_task(ROWS["triviaqa"].hub_row, "train", 0)
     assert trivia["ground_truth"] == ["Sunset Boulevard", "Sunset Blvd"]

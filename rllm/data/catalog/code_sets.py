@@ -324,8 +324,10 @@ def verifiable_coding(row: dict[str, Any]) -> dict[str, Any] | None:
     """PrimeIntellect/verifiable-coding-problems: ``source``, ``task_type``, ``in_source_id``, ``prompt`` (the
     problem, with its own instructions), ``gold_standard_solution``, ``verification_info`` (JSON:
     ``{"language", "test_cases": [{"type": "stdin_stdout", "input", "output"}]}``), ``metadata``,
-    ``problem_id``. Only Python problems with stdin/stdout tests are kept."""
-    info = json.loads(row["verification_info"])
+    ``problem_id``. Only Python problems with stdin/stdout tests are kept. open-r1's Python copy
+    (``problem_statement``, ``verification_info`` as a struct) converts too."""
+    info = row["verification_info"]
+    info = json.loads(info) if isinstance(info, str) else info
     cases = info.get("test_cases") or []
     if info.get("language", "python") != "python" or not cases:
         return None
@@ -333,7 +335,7 @@ def verifiable_coding(row: dict[str, Any]) -> dict[str, Any] | None:
         return None
     return {
         "task_id": f"verifiable-coding-{row['problem_id']}",
-        "question": row["prompt"],
+        "question": row.get("prompt") or row["problem_statement"],
         "ground_truth": {"tests": [_stdio(c["input"], c["output"]) for c in cases], "entry_point": None},
         "metadata": {"source": row.get("source"), "reference_solution": row.get("gold_standard_solution")},
     }
@@ -467,8 +469,7 @@ ENTRIES = (
         codeforces,
         "code",
         "Codeforces problems with official tests (Open-R1), checker-graded and interactive ones left out",
-        "Column names from the dataset card as we know it (`official_tests`, `examples`, `generated_checker`); "
-        "not checked against the hub here.",
+        "Problems whose official tests are incomplete on the hub still get the ones it has.",
         family="code",
     ),
     CatalogEntry(
@@ -491,7 +492,8 @@ ENTRIES = (
         verifiable_coding,
         "code",
         "contest problems with stdin/stdout tests and gold solutions (Prime Intellect's SYNTHETIC-1 set)",
-        "Only Python problems whose tests are all stdin/stdout are kept.",
+        "Only Python problems whose tests are all stdin/stdout are kept. We have not seen this card's "
+        "column list (the names are those of open-r1's Python copy, `prompt` for its `problem_statement`).",
         family="code",
     ),
 )

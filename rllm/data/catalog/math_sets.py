@@ -330,7 +330,6 @@ ENTRIES = (
         question_answer,
         "math",
         "272 undergraduate STEM problems of Minerva's OCWCourses set (answers may carry units)",
-        "Columns `question`, `answer` as we know them; not checked against the hub here.",
         size={"test": 272},
     ),
     CatalogEntry(
