@@ -1,5 +1,5 @@
 """Every catalog entry, on a row in its hub dataset's column layout: the row converts to a valid task, and
-the entry's reward gives 1.0 to a right reply and 0.0 to a wrong one (tests/data/catalog_rows.py).
+the entry's reward gives 1.0 to a right reply and 0.0 to a wrong one (tests/data/catalog_rows/).
 
 Parametrized over the whole catalog, so an entry added without a row fails here.
 """
@@ -32,7 +32,7 @@ def test_the_catalog_is_large_and_every_row_has_an_entry() -> None:
 @pytest.mark.parametrize("name", sorted(CATALOG))
 def test_entry_converts_its_hub_row_and_its_reward_grades_it(name: str) -> None:
     entry = catalog_entry(name)
-    assert name in ROWS, f"add a row in {name}'s hub layout to tests/data/catalog_rows.py"
+    assert name in ROWS, f"add a row in {name}'s hub layout to tests/data/catalog_rows/"
     assert entry.reward in reward_names() and entry.license and entry.description
     fixture = ROWS[name]
     split = next(iter(entry.splits))
