@@ -1,6 +1,6 @@
 """``rllm dataset``: list, pull, inspect, register and remove datasets.
 
-    rllm dataset list                               every dataset: built-in, local, and catalog (not pulled)
+    rllm dataset list [--family math] [--tsv]       every dataset: built-in, local, and the catalog by family
     rllm dataset pull gsm8k [--force]               download a catalog benchmark and register it locally
     rllm dataset pull gsm8k --file test=test.parquet   ... from a local copy of the hub's files
     rllm dataset inspect gsm8k [--split test] [-n 3]   show a few rows
@@ -39,7 +39,21 @@ def add_dataset_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
         dest="dataset_command", metavar="{list,pull,inspect,register,remove}", required=True
     )
 
-    listing = commands.add_parser("list", help="list built-in, local and catalog datasets, one per line")
+    listing = commands.add_parser(
+        "list",
+        help="list built-in, local and catalog datasets",
+        description="Built-in and registered datasets, then the catalog's benchmarks by family, each with "
+        "its reward, rows per split and licence as its hub dataset card gives them.",
+    )
+    listing.add_argument(
+        "--family", default=None, help="only the catalog's FAMILY: math, code, qa, reasoning, finance, agent"
+    )
+    listing.add_argument(
+        "--tsv",
+        action="store_true",
+        help="one tab-separated line per dataset (name, kind, reward, splits, size, licence, family, "
+        "description) for scripts",
+    )
     listing.set_defaults(func=run_dataset_list)
 
     pull = commands.add_parser(
@@ -103,24 +117,85 @@ def _splits_text(info: DatasetInfo) -> str:
     return " ".join(f"{split}={count}" for split, count in info.splits.items())
 
 
-def run_dataset_list(args: argparse.Namespace) -> int:
-    """One line per dataset: name, where it comes from, reward, splits, description (tab-separated)."""
-    # with the registry: not at `rllm --help`
-    from rllm.data.catalog import CATALOG
-    from rllm.data.registry import DatasetRegistry
+def _columns(rows: list[list[str]]) -> list[str]:
+    """Rows as lines of left-aligned columns (the last column is not padded)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip() for row in rows]
 
-    infos = DatasetRegistry().list()
-    local = {info.name for info in infos}
-    for info in infos:
+
+def _list_tsv(infos: list[DatasetInfo], local: set[str], family: str | None) -> None:
+    from rllm.data.catalog import CATALOG  # with the registry: not at `rllm --help`
+
+    for info in infos if family is None else []:
         where = info.kind if info.kind == "built-in" else "local"
         about = info.description + (f" [{info.source}]" if info.kind == "local" and info.source else "")
-        print(f"{info.name}\t{where}\t{info.reward or '-'}\t{_splits_text(info)}\t{about}")
-    for entry in CATALOG.values():
-        if entry.name not in local:
-            print(
-                f"{entry.name}\tcatalog (not pulled)\t{entry.reward}\t{'/'.join(entry.splits)}\t"
-                f"{entry.description} [{entry.source}]"
+        entry = CATALOG.get(info.name)
+        entry_family, licence = (entry.family, entry.license) if entry else ("-", "-")
+        print(
+            "\t".join(
+                [
+                    info.name,
+                    where,
+                    info.reward or "-",
+                    _splits_text(info),
+                    _splits_text(info),
+                    licence,
+                    entry_family,
+                    about,
+                ]
             )
+        )
+    for entry in CATALOG.values():
+        if entry.name not in local and family in (None, entry.family):
+            print(
+                "\t".join(
+                    [
+                        entry.name,
+                        "catalog (not pulled)",
+                        entry.reward,
+                        "/".join(entry.splits),
+                        entry.size_text,
+                        entry.license,
+                        entry.family,
+                        f"{entry.description} [{entry.source}]",
+                    ]
+                )
+            )
+
+
+def run_dataset_list(args: argparse.Namespace) -> int:
+    """The registered datasets, then the catalog by family: name, reward, rows per split, licence, source
+    and description in aligned columns (``--tsv``: one tab-separated line each; ``--family``: one family)."""
+    # with the registry: not at `rllm --help`
+    from rllm.data.catalog import FAMILIES, catalog_families
+    from rllm.data.registry import DatasetRegistry
+    from rllm.utils.config import unknown_name
+
+    if args.family is not None and args.family not in FAMILIES:
+        return _error(ValueError(unknown_name("family", args.family, FAMILIES)))
+    infos = DatasetRegistry().list()
+    local = {info.name for info in infos}
+    if args.tsv:
+        _list_tsv(infos, local, args.family)
+        return 0
+    if args.family is None:
+        rows = [["name", "kind", "reward", "rows", "description"]]
+        for info in infos:
+            about = info.description + (f" [{info.source}]" if info.kind == "local" and info.source else "")
+            rows.append([info.name, info.kind, info.reward or "-", _splits_text(info), about])
+        print(f"registered ({len(infos)})")
+        print("\n".join("  " + line for line in _columns(rows)))
+    for family, entries in catalog_families().items():
+        if args.family not in (None, family) or not entries:
+            continue
+        rows = [["name", "reward", "rows (hub card)", "licence", "pulled", "hub source", "description"]]
+        for e in entries:
+            pulled = "yes" if e.name in local else "-"
+            source = e.hub_path + (f" ({e.config})" if e.config else "")
+            rows.append([e.name, e.reward, e.size_text, e.license, pulled, source, e.description])
+        print(f"\ncatalog: {family} ({len(entries)})")
+        print("\n".join("  " + line for line in _columns(rows)))
+    print("\n`rllm dataset pull NAME` downloads a catalog benchmark; docs/datasets.md says more about each.")
     return 0
 
 

@@ -7,8 +7,9 @@ converts every row, and registers the splits in the ``DatasetRegistry``; after t
     from rllm.data.hub import pull
     pull("gsm8k")                                   # registers gsm8k/train and gsm8k/test
 
-Without access to the hub, pull from local copies of the hub's files (parquet or JSONL, in the hub's
-column layout) with ``pull(name, files={"test": "test-00000-of-00001.parquet"})``, or register rows that
+Without access to the hub ``pull`` fails within seconds (it first tries a TCP connection to the hub
+endpoint, for ``HUB_CONNECT_TIMEOUT_S``) and says what to do instead: pull from local copies of the hub's
+files (parquet or JSONL, in the hub's column layout) with ``pull(name, files={"test": "test-00000-of-00001.parquet"})``, or register rows that
 are already in the task schema with ``rllm dataset register NAME FILE``.
 """
 
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rllm.data.catalog import CatalogEntry, catalog_entry
 from rllm.data.registry import DatasetInfo, DatasetRegistry
@@ -29,6 +32,49 @@ logger = logging.getLogger(__name__)
 
 class DatasetPullError(RuntimeError):
     """A catalog dataset could not be fetched from the hub; the message says how to get it another way."""
+
+
+HUB_CONNECT_TIMEOUT_S = 5.0
+"""How long ``pull`` waits for a TCP connection to the hub before saying it is unreachable."""
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+_TRUE = ("1", "true", "yes", "on")
+
+
+def _hub_endpoint() -> str:
+    if os.environ.get("HF_ENDPOINT"):
+        return os.environ["HF_ENDPOINT"]
+    try:
+        from huggingface_hub import constants  # why: the endpoint the hub client will use, as it resolved it
+    except ImportError:
+        return "https://huggingface.co"
+    return constants.ENDPOINT
+
+
+def _unreachable_hub(timeout_s: float) -> str | None:
+    """Why the hub cannot be reached (None when a TCP connection to it opens, or when we cannot tell).
+
+    Without this, ``datasets`` retries an unreachable hub with back-off for half a minute, logging each
+    attempt. Skipped under ``HF_HUB_OFFLINE`` (``datasets`` then answers from its cache at once) and behind
+    a proxy (the direct connection proves nothing there)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in _TRUE or any(os.environ.get(v) for v in _PROXY_VARS):
+        return None
+    url = urlsplit(_hub_endpoint())
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as err:
+        return f"cannot connect to {host}:{port} ({type(err).__name__}: {err})"
+
+
+def _fix(entry: CatalogEntry, split: str) -> str:
+    gated = f" {entry.notes}" if "Gated" in entry.notes else ""
+    return (
+        f"  fix: run `rllm dataset pull {entry.name}` where huggingface.co is reachable{gated}; or copy the "
+        f"hub's files here and run `rllm dataset pull {entry.name} --file {split}=PATH` (parquet or JSONL, "
+        f"hub columns); or register your own rows: `rllm dataset register {entry.name} FILE --split {split} "
+        f"--question-key KEY --answer-key KEY --reward {entry.reward}`"
+    )
 
 
 def _hub_rows(entry: CatalogEntry, split: str, hub_split: str) -> Iterable[Mapping[str, Any]]:
@@ -49,14 +95,9 @@ def _hub_rows(entry: CatalogEntry, split: str, hub_split: str) -> Iterable[Mappi
             )
         else:
             why = "the hub did not serve it (gated, moved, or a transient error)"
-        gated = f" {entry.notes}" if "Gated" in entry.notes else ""
         raise DatasetPullError(
             f"could not load {entry.source} split {hub_split!r} for {entry.name}/{split}: {why}.\n"
-            f"  cause: {text}\n"
-            f"  fix: run `rllm dataset pull {entry.name}` where huggingface.co is reachable{gated}; or copy the "
-            f"hub's files here and run `rllm dataset pull {entry.name} --file {split}=PATH` (parquet or JSONL, "
-            f"hub columns); or register your own rows: `rllm dataset register {entry.name} FILE --split {split} "
-            f"--question-key KEY --answer-key KEY --reward {entry.reward}`"
+            f"  cause: {text}\n{_fix(entry, split)}"
         ) from err
 
 
@@ -87,6 +128,13 @@ def pull(
             raise ValueError(f"{name} has splits {', '.join(entry.splits)}, not {', '.join(sorted(unknown))}")
         sources = {split: (lambda path=Path(p): read_records(path)) for split, p in files.items()}
     else:
+        if (why := _unreachable_hub(HUB_CONNECT_TIMEOUT_S)) is not None:
+            split = next(iter(entry.splits))
+            raise DatasetPullError(
+                f"could not load {entry.source} for {name}: the Hugging Face hub is unreachable from this "
+                f"machine ({why}).\n  cached: if it is in your Hugging Face cache, set HF_HUB_OFFLINE=1 to "
+                f"read it from there\n{_fix(entry, split)}"
+            )
         sources = {
             split: (lambda s=split, h=hub: _hub_rows(entry, s, h)) for split, hub in entry.splits.items()
         }

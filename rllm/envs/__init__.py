@@ -13,6 +13,7 @@ from rllm.envs.registry import (
     register_env,
     unregister_env,
 )
+from rllm.envs.sokoban import SokobanAgent, SokobanEnv, sokoban_tasks
 
 __all__ = [
     "Env",
@@ -21,6 +22,8 @@ __all__ = [
     "EnvStep",
     "FrozenLakeAgent",
     "FrozenLakeEnv",
+    "SokobanAgent",
+    "SokobanEnv",
     "UnknownEnvError",
     "env_names",
     "frozenlake_tasks",
@@ -28,5 +31,6 @@ __all__ = [
     "get_env",
     "is_env",
     "register_env",
+    "sokoban_tasks",
     "unregister_env",
 ]

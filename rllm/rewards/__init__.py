@@ -27,6 +27,9 @@ _EXPORTS: dict[str, str] = {
     "multiple_choice_reward": "rllm.rewards.qa",
     "countdown_reward": "rllm.rewards.countdown",
     "make_countdown_reward": "rllm.rewards.countdown",
+    "finance_number_reward": "rllm.rewards.finance",
+    "make_finance_reward": "rllm.rewards.finance",
+    "tool_call_reward": "rllm.rewards.tool_call",
     "AsyncRewardFn": "rllm.rewards.judge",
     "make_async_llm_judge_reward": "rllm.rewards.judge",
     "make_llm_judge_reward": "rllm.rewards.judge",
@@ -39,12 +42,14 @@ __all__ = [
     "RewardFn",
     "countdown_reward",
     "exact_match_reward",
+    "finance_number_reward",
     "get_reward",
     "ground_truth_check",
     "make_async_llm_judge_reward",
     "make_code_reward",
     "make_countdown_reward",
     "make_f1_reward",
+    "make_finance_reward",
     "make_llm_judge_reward",
     "make_math_reward",
     "math_reward",
@@ -53,12 +58,14 @@ __all__ = [
     "register_reward",
     "reward_names",
     "strip_thinking",
+    "tool_call_reward",
 ]
 
 if TYPE_CHECKING:
     from rllm.rewards.basic import number_reward
     from rllm.rewards.code import make_code_reward
     from rllm.rewards.countdown import countdown_reward, make_countdown_reward
+    from rllm.rewards.finance import finance_number_reward, make_finance_reward
     from rllm.rewards.judge import AsyncRewardFn, make_async_llm_judge_reward, make_llm_judge_reward
     from rllm.rewards.math import make_math_reward, math_reward
     from rllm.rewards.qa import exact_match_reward, make_f1_reward, multiple_choice_reward
@@ -70,6 +77,7 @@ if TYPE_CHECKING:
         reward_names,
     )
     from rllm.rewards.text import strip_thinking
+    from rllm.rewards.tool_call import tool_call_reward
     from rllm.rewards.types import RewardFn
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -29,9 +29,13 @@ _BUILTIN: dict[str, str] = {
     "f1": "rllm.rewards.qa:f1_reward",
     "multiple_choice": "rllm.rewards.qa:multiple_choice_reward",
     "countdown": "rllm.rewards.countdown:countdown_reward",
+    "finance_number": "rllm.rewards.finance:finance_number_reward",
+    "tool_call": "rllm.rewards.tool_call:tool_call_reward",
 }
 _BUILTIN_CHECKS: dict[str, str] = {
     "math": "rllm.rewards.math:ground_truth_problem",
+    "finance_number": "rllm.rewards.finance:ground_truth_problem",
+    "tool_call": "rllm.rewards.tool_call:ground_truth_problem",
 }
 _USER: dict[str, RewardFn] = {}
 _USER_CHECKS: dict[str, GroundTruthCheck] = {}

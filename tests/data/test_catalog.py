@@ -374,7 +374,7 @@ def test_lcb_private_tests_refuse_a_compression_bomb() -> None:
 
 
 def test_a_bomb_in_a_livecodebench_row_names_the_problem(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("rllm.data.catalog.code_sets.MAX_DECOMPRESSED_BYTES", 1024 * 1024)
+    monkeypatch.setattr("rllm.data.catalog._lcb.MAX_DECOMPRESSED_BYTES", 1024 * 1024)
     bomb = base64.b64encode(zlib.compress(b"\0" * (8 * 1024 * 1024), 9)).decode()
     with pytest.raises(ValueError, match=r"hub row 0 .*DecompressedTooLarge: livecodebench problem '1873A'"):
         convert("livecodebench", [{**LCB[0], "private_test_cases": bomb}])

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from rllm.cli.main import main
-from rllm.data.catalog import CATALOG
+from rllm.data.catalog import CATALOG, FAMILIES
 from rllm.data.registry import DatasetRegistry, builtin_datasets
 
 
@@ -32,18 +34,46 @@ def test_list_shows_builtin_local_and_catalog(capsys, tmp_path: Path) -> None:
     path = tmp_path / "mine.jsonl"
     path.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
     assert run(capsys, "register", "gsm8k", str(path), "--split", "test", "--reward", "math")[0] == 0
-    code, out, _ = run(capsys, "list")
+    code, out, _ = run(capsys, "list", "--tsv")
     assert code == 0
     lines = {line.split("\t")[0]: line.split("\t") for line in out.splitlines()}
     assert set(lines) == set(builtin_datasets()) | set(CATALOG)
+    assert all(len(line) == 8 for line in lines.values())
     assert lines["add"][1:4] == ["built-in", "number", "train/test (generated)"]
     assert lines["larger"][1:4] == ["built-in", "number", "train/test (generated)"]
     assert lines["code_problems"][1:4] == ["built-in", "code", "train=16 test=6"]
     assert lines["frozenlake"][1:3] == ["built-in", "-"]
     assert lines["countdown"][1:3] == ["built-in", "countdown"]
-    assert lines["gsm8k"][1:4] == ["local", "math", "test=1"]  # registered by hand, so local
-    assert lines["math500"][1:4] == ["catalog (not pulled)", "math", "test"]
-    assert lines["mmlu-pro"][2] == "multiple_choice" and "TIGER-Lab/MMLU-Pro" in lines["mmlu-pro"][4]
+    assert lines["gsm8k"][1:7] == ["local", "math", "test=1", "test=1", "mit", "math"]  # registered by hand
+    assert lines["math500"][1:7] == ["catalog (not pulled)", "math", "test", "test=500", "unknown", "math"]
+    assert lines["mmlu-pro"][2] == "multiple_choice" and "TIGER-Lab/MMLU-Pro" in lines["mmlu-pro"][7]
+    assert lines["finqa"][2:7] == [
+        "finance_number",
+        "train/validation/test",
+        "train=6,251 validation=883 test=1,147",
+        "unknown",
+        "finance",
+    ]
+
+
+def test_list_groups_the_catalog_by_family_in_columns(capsys) -> None:
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    sections = [line for line in out.splitlines() if line and not line.startswith(" ")]
+    assert sections[0].startswith("registered (")
+    assert [s.split(" (")[0] for s in sections[1:-1]] == [f"catalog: {family}" for family in FAMILIES]
+    row = next(line for line in out.splitlines() if line.strip().startswith("gsm8k "))
+    assert row.split()[:6] == ["gsm8k", "math", "train=7,473", "test=1,319", "mit", "-"]
+    header = next(line for line in out.splitlines() if "rows (hub card)" in line)
+    assert header.index("licence") == row.index("mit")  # aligned columns
+    code, out, _ = run(capsys, "list", "--family", "agent")
+    assert code == 0 and "registered" not in out and "catalog: math" not in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("xlam-function-calling"))
+    assert row.split()[:5] == ["xlam-function-calling", "tool_call", "train=60,000", "cc-by-4.0", "-"]
+    code, out, _ = run(capsys, "list", "--family", "agent", "--tsv")
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["xlam-function-calling"]
+    code, _, err = run(capsys, "list", "--family", "finanse")
+    assert code == 1 and err.strip() == "error: unknown family 'finanse' — did you mean 'finance'?"
 
 
 def test_register_inspect_remove(capsys, tmp_path: Path, datasets_dir: Path) -> None:
@@ -134,8 +164,10 @@ def test_pull(capsys, monkeypatch, tmp_path: Path, datasets_dir: Path) -> None:
     )
     code, _, err = run(capsys, "pull", "add")
     assert code == 0 and "add is built-in" in err
-    code, _, err = run(capsys, "pull", "nope")
-    assert code == 1 and err.startswith("error: 'nope' is not in the catalog: choose one of gsm8k, ")
+    code, _, err = run(capsys, "pull", "xyzzy")
+    assert code == 1 and err.startswith(
+        "error: 'xyzzy' is not in the catalog: `rllm dataset list` shows its "
+    )
     code, _, err = run(capsys, "pull", "math500", "--file", "oops")
     assert code == 1 and "--file takes SPLIT=PATH" in err
 
@@ -156,6 +188,47 @@ def test_pull(capsys, monkeypatch, tmp_path: Path, datasets_dir: Path) -> None:
     code, out, _ = run(capsys, "pull", "math500", "--file", f"test={path}")
     assert code == 0 and out.strip() == f"math500: test=1 -> {datasets_dir / 'math500'}"
     assert DatasetRegistry().load("math500", "test")[0]["task_id"] == "test/prealgebra/1.json"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_pull_from_an_unreachable_hub_fails_fast(capsys, monkeypatch) -> None:
+    """No network and no HF_HUB_OFFLINE: the reachability probe answers in well under a second, instead of
+    ``datasets`` retrying with back-off for half a minute; ``datasets`` is never asked."""
+    import datasets
+
+    def never(*args, **kwargs):
+        raise AssertionError("load_dataset must not be called when the hub is unreachable")
+
+    monkeypatch.setattr(datasets, "load_dataset", never)
+    for var in (
+        "HF_HUB_OFFLINE",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    port = _closed_port()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    code, _, err = run(capsys, "pull", "gpqa-diamond")
+    assert code == 1 and time.monotonic() - started < 5
+    assert f"the Hugging Face hub is unreachable from this machine (cannot connect to 127.0.0.1:{port}" in err
+    assert "set HF_HUB_OFFLINE=1 to read it from there" in err
+    assert "rllm dataset pull gpqa-diamond --file test=PATH" in err and "Gated on the hub" in err
+    assert "rllm dataset register gpqa-diamond FILE --split test" in err
+    assert not DatasetRegistry().exists("gpqa-diamond")
+    # Behind a proxy the direct probe proves nothing: it is skipped and `datasets` decides.
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+    code, _, err = run(capsys, "pull", "gpqa-diamond")
+    assert code == 1 and "load_dataset must not be called" in err
 
 
 def test_pull_offline_in_a_subprocess(tmp_path: Path) -> None:

@@ -1,22 +1,15 @@
-"""Row transforms of the catalog's question-answering and multiple-choice benchmarks.
+"""The catalog's question-answering and search benchmarks: their row transforms and entries.
 
-Multiple-choice questions list their options as ``A. ...`` lines and ask for the letter; the ground truth is
-the correct letter and ``metadata["choices"]`` lists the options in letter order (what the
-``multiple_choice`` reward reads).
+Ground truths are the reference answer, or the list of its aliases (any one may match), graded by
+``exact_match`` (short factoid answers) or ``f1`` (spans of a passage, as in SQuAD and HotpotQA).
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
+import json
 from typing import Any
 
-LETTERS = "ABCDEFGHIJ"
-
-
-def multiple_choice_question(question: str, choices: list[str]) -> str:
-    options = "\n".join(f"{LETTERS[i]}. {choice}" for i, choice in enumerate(choices))
-    return f"{question.strip()}\n\n{options}\n\nAnswer with the letter of the correct option."
+from rllm.data.catalog._entry import CatalogEntry
 
 
 def hotpotqa(row: dict[str, Any]) -> dict[str, Any]:
@@ -45,45 +38,247 @@ def hotpotqa(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def mmlu_pro(row: dict[str, Any]) -> dict[str, Any]:
-    """TIGER-Lab/MMLU-Pro: ``question_id``, ``question``, ``options`` (up to 10), ``answer`` (the letter),
-    ``answer_index``, ``cot_content``, ``category``, ``src``. "N/A" padding options are dropped and the
-    letter recomputed."""
-    options = list(row["options"])
-    correct = int(row["answer_index"])
-    keep = [i for i, option in enumerate(options) if option.strip() != "N/A" or i == correct]
-    choices = [options[i] for i in keep]
+def _aliases(values: Any) -> list[str]:
+    """Distinct non-empty answers, in order (a task's ground truth when any alias may match)."""
+    seen: dict[str, None] = {}
+    for value in values:
+        text = str(value).strip()
+        if text:
+            seen.setdefault(text, None)
+    if not seen:
+        raise ValueError("the row has no reference answer")
+    return list(seen)
+
+
+def nq_open(row: dict[str, Any]) -> dict[str, Any]:
+    """google-research-datasets/nq_open: ``question``, ``answer`` (a list of accepted answers)."""
+    return {"question": row["question"], "ground_truth": _aliases(row["answer"]), "metadata": {}}
+
+
+def triviaqa(row: dict[str, Any]) -> dict[str, Any]:
+    """mandarjoshi/trivia_qa (rc.nocontext): ``question``, ``question_id``, ``question_source``,
+    ``entity_pages``, ``search_results``, ``answer`` (``value``, ``aliases``, ``normalized_aliases``, ...)."""
+    answer = row["answer"]
     return {
-        "task_id": f"mmlu-pro-{row['question_id']}",
-        "question": multiple_choice_question(row["question"], choices),
-        "ground_truth": LETTERS[keep.index(correct)],
-        "metadata": {"choices": choices, "category": row.get("category"), "src": row.get("src")},
+        "task_id": f"triviaqa-{row['question_id']}",
+        "question": row["question"],
+        "ground_truth": _aliases([answer["value"], *answer.get("aliases", [])]),
+        "metadata": {"question_source": row.get("question_source")},
     }
 
 
-def gpqa(row: dict[str, Any]) -> dict[str, Any]:
-    """Idavidrein/gpqa (gpqa_diamond): ``Question``, ``Correct Answer``, ``Incorrect Answer 1``-``3``,
-    ``Record ID``, ``High-level domain``, ``Subdomain``, ``Explanation`` (and more). The four options are
-    shuffled with a seed taken from the record id, so every pull gives each question the same order."""
-    key = row.get("Record ID") or row["Question"]
-    rng = random.Random(hashlib.sha256(key.encode()).hexdigest())
-    options = [
-        row["Correct Answer"],
-        row["Incorrect Answer 1"],
-        row["Incorrect Answer 2"],
-        row["Incorrect Answer 3"],
-    ]
-    order = list(range(4))
-    rng.shuffle(order)
-    choices = [options[i].strip() for i in order]
+def flashrag(row: dict[str, Any]) -> dict[str, Any]:
+    """RUC-NLPIR/FlashRAG_datasets (every config): ``id``, ``question``, ``golden_answers`` (list),
+    ``metadata`` (varies by config; not kept)."""
     return {
-        "task_id": f"gpqa-diamond-{key}",
-        "question": multiple_choice_question(row["Question"], choices),
-        "ground_truth": LETTERS[order.index(0)],
+        "task_id": str(row["id"]),
+        "question": row["question"],
+        "ground_truth": _aliases(row["golden_answers"]),
+        "metadata": {},
+    }
+
+
+def popqa(row: dict[str, Any]) -> dict[str, Any]:
+    """akariasai/PopQA: ``id``, ``subj``, ``prop``, ``obj``, ``question``, ``possible_answers`` (a JSON list
+    as a string), ``s_pop`` (subject popularity), ``o_aliases``, ... ."""
+    return {
+        "task_id": f"popqa-{row['id']}",
+        "question": row["question"],
+        "ground_truth": _aliases(json.loads(row["possible_answers"])),
         "metadata": {
-            "choices": choices,
-            "domain": row.get("High-level domain"),
-            "subdomain": row.get("Subdomain"),
-            "explanation": row.get("Explanation"),
+            "prop": row.get("prop"),
+            "subject": row.get("subj"),
+            "subject_popularity": row.get("s_pop"),
         },
     }
+
+
+def simpleqa(row: dict[str, Any]) -> dict[str, Any]:
+    """basicv8vc/SimpleQA: ``metadata`` (a Python-literal string with topic, answer type, urls), ``problem``,
+    ``answer``."""
+    return {
+        "question": row["problem"],
+        "ground_truth": str(row["answer"]).strip(),
+        "metadata": {"about": row.get("metadata")},
+    }
+
+
+def squad(row: dict[str, Any]) -> dict[str, Any]:
+    """rajpurkar/squad: ``id``, ``title``, ``context``, ``question``, ``answers`` (``text``,
+    ``answer_start``). The passage comes before the question."""
+    return {
+        "task_id": row["id"],
+        "question": f"{row['context'].strip()}\n\nQuestion: {row['question'].strip()}",
+        "ground_truth": _aliases(row["answers"]["text"]),
+        "metadata": {"title": row.get("title")},
+    }
+
+
+def web_questions(row: dict[str, Any]) -> dict[str, Any]:
+    """Stanford/web_questions: ``url`` (the Freebase page), ``question``, ``answers`` (list)."""
+    return {
+        "question": row["question"],
+        "ground_truth": _aliases(row["answers"]),
+        "metadata": {"url": row.get("url")},
+    }
+
+
+def drop(row: dict[str, Any]) -> dict[str, Any]:
+    """ucinlp/drop: ``section_id``, ``query_id``, ``passage``, ``question``, ``answers_spans`` (``spans``,
+    ``types``). A multi-span answer is one reference, its spans joined with ", "."""
+    spans = [s.strip() for s in row["answers_spans"]["spans"] if s.strip()]
+    if not spans:
+        raise ValueError("answers_spans has no span")
+    return {
+        "task_id": f"drop-{row['query_id']}",
+        "question": f"{row['passage'].strip()}\n\nQuestion: {row['question'].strip()}",
+        "ground_truth": ", ".join(spans),
+        "metadata": {
+            "types": list(row["answers_spans"].get("types") or []),
+            "section_id": row.get("section_id"),
+        },
+    }
+
+
+_FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
+_FLASHRAG_NOTE = (
+    "FlashRAG's copy (the collection Search-R1 trains on); its licence is the collection's. "
+    "Split sizes are not on its card."
+)
+
+ENTRIES = (
+    CatalogEntry(
+        "hotpotqa",
+        "hotpotqa/hotpot_qa",
+        "distractor",
+        {"train": "train", "test": "validation"},
+        hotpotqa,
+        "f1",
+        "multi-hop Wikipedia questions; the 10 distractor paragraphs are in metadata.context",
+        'The ten paragraphs ("Title: text") come before "Question: ..." and are also in `metadata.context`; '
+        "train is about 600 MB to download.",
+        family="qa",
+        size={"train": 90447, "test": 7405},
+        license="cc-by-sa-4.0",
+    ),
+    CatalogEntry(
+        "nq-open",
+        "google-research-datasets/nq_open",
+        "nq_open",
+        {"train": "train", "test": "validation"},
+        nq_open,
+        "exact_match",
+        "Natural Questions, open-domain (question and short answers, no passage)",
+        family="qa",
+        size={"train": 87925, "test": 3610},
+        license="cc-by-sa-3.0",
+    ),
+    CatalogEntry(
+        "triviaqa",
+        "mandarjoshi/trivia_qa",
+        "rc.nocontext",
+        {"train": "train", "test": "validation"},
+        triviaqa,
+        "exact_match",
+        "trivia questions with answer aliases, without evidence documents",
+        "The hub's test split has no answers, so our test is its validation split.",
+        family="qa",
+        size={"train": 138384, "test": 17944},
+    ),
+    CatalogEntry(
+        "popqa",
+        "akariasai/PopQA",
+        None,
+        {"test": "test"},
+        popqa,
+        "exact_match",
+        "14k entity questions from Wikidata, from popular to long-tail subjects",
+        family="qa",
+        size={"test": 14267},
+    ),
+    CatalogEntry(
+        "simpleqa",
+        "basicv8vc/SimpleQA",
+        None,
+        {"test": "test"},
+        simpleqa,
+        "exact_match",
+        "4.3k short fact-seeking questions with one indisputable answer (OpenAI's SimpleQA)",
+        "OpenAI grades SimpleQA with a model judge; `exact_match` is stricter (a paraphrase fails).",
+        family="qa",
+        size={"test": 4326},
+    ),
+    CatalogEntry(
+        "squad",
+        "rajpurkar/squad",
+        "plain_text",
+        {"train": "train", "test": "validation"},
+        squad,
+        "f1",
+        "reading comprehension: an answer span of a Wikipedia paragraph (SQuAD 1.1)",
+        family="qa",
+        size={"train": 87599, "test": 10570},
+        license="cc-by-sa-4.0",
+    ),
+    CatalogEntry(
+        "web-questions",
+        "Stanford/web_questions",
+        None,
+        {"train": "train", "test": "test"},
+        web_questions,
+        "exact_match",
+        "questions from Google Suggest answered with Freebase entities (WebQuestions)",
+        family="qa",
+        size={"train": 3778, "test": 2032},
+    ),
+    CatalogEntry(
+        "drop",
+        "ucinlp/drop",
+        None,
+        {"train": "train", "test": "validation"},
+        drop,
+        "f1",
+        "discrete reasoning (counting, sorting, arithmetic) over paragraphs (DROP)",
+        "DROP's own metric aligns multi-span answers span by span; here they are one joined reference.",
+        family="qa",
+        size={"train": 77400, "test": 9535},
+        license="cc-by-sa-4.0",
+    ),
+    CatalogEntry(
+        "2wikimultihopqa",
+        _FLASHRAG,
+        "2wikimultihopqa",
+        {"train": "train", "test": "dev"},
+        flashrag,
+        "exact_match",
+        "two-hop questions over Wikipedia and Wikidata (2WikiMultihopQA)",
+        _FLASHRAG_NOTE,
+        family="qa",
+        license="cc-by-sa-4.0",
+    ),
+    CatalogEntry(
+        "musique",
+        _FLASHRAG,
+        "musique",
+        {"train": "train", "test": "dev"},
+        flashrag,
+        "exact_match",
+        "2-4 hop questions composed from single-hop ones (MuSiQue-Ans)",
+        _FLASHRAG_NOTE,
+        family="qa",
+        license="cc-by-sa-4.0",
+    ),
+    CatalogEntry(
+        "bamboogle",
+        _FLASHRAG,
+        "bamboogle",
+        {"test": "test"},
+        flashrag,
+        "exact_match",
+        "125 two-hop questions that search engines answered wrongly (Bamboogle)",
+        "FlashRAG's copy (the collection Search-R1 trains on); its licence is the collection's.",
+        family="qa",
+        size={"test": 125},
+        license="cc-by-sa-4.0",
+    ),
+)
