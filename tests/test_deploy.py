@@ -13,7 +13,8 @@ runtime, a Kubernetes cluster or Slurm (docs/deploy.md says what was run beyond 
   config loads and whose ranks fit the GPUs of the worker group.
 - The Slurm script: ``shellcheck`` clean (tests/distributed/test_slurm_script.py runs it).
 
-Tests that need the ``deploy-tests`` extra skip without it, but fail under CI, whose extras tier installs it.
+Tests that need the ``deploy-tests`` extra skip without it, but fail when ``$RLLM_TEST_EXTRAS`` names it, as
+CI's extras tier, which installs it, does (the fast tier runs this file too, without the extra).
 """
 
 from __future__ import annotations
@@ -45,31 +46,35 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = [ROOT / "docker" / "Dockerfile.cpu", ROOT / "docker" / "Dockerfile.cuda"]
 RAYJOB = ROOT / "deploy" / "kuberay" / "rayjob.yaml"
 SBATCH = ROOT / "deploy" / "slurm" / "rllm_ray.sbatch"
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+EXTRA = "deploy-tests"
+MUST_HAVE_EXTRA = EXTRA in os.environ.get("RLLM_TEST_EXTRAS", "").split(",")
 
 sys.path.insert(0, str(ROOT / "docker"))
-import healthcheck  # noqa: E402  (docker/healthcheck.py, a script rather than a package)
+import healthcheck  # docker/healthcheck.py: a script beside the Dockerfiles, not a package
 
 
 def require(module: str) -> Any:
-    """Import ``module`` from the deploy-tests extra: skip without it, fail under CI."""
+    """Import ``module`` from the deploy-tests extra: skip without it, fail when it must be there."""
     try:
         return __import__(module)
     except ImportError:
-        if IN_CI:
-            pytest.fail(f"{module} is missing, and CI's extras tier installs it: bash scripts/setup.sh deploy-tests")
-        pytest.skip(f"{module} is not installed: bash scripts/setup.sh deploy-tests")
+        _missing(module)
 
 
 def require_tool(name: str) -> str:
-    """A command from the deploy-tests extra (in this venv's bin/), else from PATH: skip, or fail under CI."""
+    """A command from the deploy-tests extra (in this venv's bin/), else from PATH: skip, or fail when the
+    extra must be there."""
     beside = Path(sys.executable).parent / name
     found = str(beside) if beside.exists() else shutil.which(name)
-    if found:
-        return found
-    if IN_CI:
-        pytest.fail(f"{name} is missing, and CI's extras tier installs it: bash scripts/setup.sh deploy-tests")
-    pytest.skip(f"{name} is not installed: bash scripts/setup.sh deploy-tests")
+    if not found:
+        _missing(name)
+    return found
+
+
+def _missing(name: str) -> None:
+    if MUST_HAVE_EXTRA:
+        pytest.fail(f"{name} is missing, and RLLM_TEST_EXTRAS names {EXTRA}: bash scripts/setup.sh {EXTRA}")
+    pytest.skip(f"{name} is not installed: bash scripts/setup.sh {EXTRA}")
 
 
 # --- Dockerfiles ----------------------------------------------------------------------------------------
@@ -88,17 +93,19 @@ def _instructions(path: Path) -> list[tuple[str, str]]:
             if current.strip():
                 joined.append(current.strip())
             current = ""
-    return [(text.split(None, 1)[0].upper(), text.split(None, 1)[1] if " " in text else "") for text in joined]
+    return [
+        (text.split(None, 1)[0].upper(), text.split(None, 1)[1] if " " in text else "") for text in joined
+    ]
 
 
 def _args(path: Path) -> dict[str, str]:
-    return dict(
-        a.split("=", 1) if "=" in a else (a, "") for kind, a in _instructions(path) if kind == "ARG"
-    )
+    return dict(a.split("=", 1) if "=" in a else (a, "") for kind, a in _instructions(path) if kind == "ARG")
 
 
 def _setup_default(name: str, script: str = "setup.sh") -> str:
-    match = re.search(rf'^{name}="\$\{{[A-Z_]+:-([^}}]+)\}}"', (ROOT / "scripts" / script).read_text(), re.M)
+    match = re.search(
+        rf'^{name}="\$\{{[A-Z_]+:-([^}}]+)\}}"', (ROOT / "scripts" / script).read_text(), re.MULTILINE
+    )
     assert match, f"scripts/{script} no longer sets {name}"
     return match.group(1)
 
@@ -107,7 +114,9 @@ def _setup_default(name: str, script: str = "setup.sh") -> str:
 def test_dockerfile_installs_rllm_as_setup_sh_does(dockerfile: Path) -> None:
     instructions = _instructions(dockerfile)
     args = _args(dockerfile)
-    assert args["RLLM_TORCH_VERSION"] == _setup_default("TORCH_VERSION"), "torch differs from scripts/setup.sh's"
+    assert args["RLLM_TORCH_VERSION"] == _setup_default("TORCH_VERSION"), (
+        "torch differs from scripts/setup.sh's"
+    )
     runs = " ".join(a for kind, a in instructions if kind == "RUN")
     assert "bash /opt/rllm/src/scripts/setup.sh ${RLLM_EXTRAS}" in runs
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -120,7 +129,9 @@ def test_dockerfile_installs_rllm_as_setup_sh_does(dockerfile: Path) -> None:
         if kind == "COPY":
             *sources, _dest = [p for p in a.split() if not p.startswith("--")]
             for source in sources:
-                assert (ROOT / source).exists() and source not in ignored, f"COPY {source}: not in the context"
+                assert (ROOT / source).exists() and source not in ignored, (
+                    f"COPY {source}: not in the context"
+                )
     assert {".git", ".venv", ".venv-*", "runs"} <= ignored
     # Ends as a non-root user, numeric so Kubernetes' runAsNonRoot can check it, with rllm as entrypoint.
     users = [a for kind, a in instructions if kind == "USER"]
@@ -142,7 +153,9 @@ def test_cuda_dockerfile_states_the_documented_pairing() -> None:
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_dockerfile_is_hadolint_clean(dockerfile: Path) -> None:
     hadolint = require_tool("hadolint")
-    proc = subprocess.run([hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -151,7 +164,11 @@ def test_dockerfile_is_hadolint_clean(dockerfile: Path) -> None:
 
 def test_healthcheck_knows_the_gateways_ports() -> None:
     assert healthcheck.gateway_ports(["/opt/rllm/venv/bin/rllm", "gateway", "--model", "m"]) == [8000]
-    assert healthcheck.gateway_ports(["rllm", "gateway", "--port=9000", "--workers", "3"]) == [9000, 9001, 9002]
+    assert healthcheck.gateway_ports(["rllm", "gateway", "--port=9000", "--workers", "3"]) == [
+        9000,
+        9001,
+        9002,
+    ]
     assert healthcheck.gateway_ports(["rllm", "--log-level", "INFO", "gateway", "--port", "1"]) == [1]
     assert healthcheck.gateway_ports(["rllm", "train", "trainer.steps=3"]) is None
 
@@ -160,7 +177,7 @@ class _FakeHealth(http.server.BaseHTTPRequestHandler):
     """FAKE /health (the real gateway's is tested in tests/slow/test_deploy_healthcheck.py): answers the
     status the server was given, 401 without the expected key."""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         status = self.server.status  # type: ignore[attr-defined]
         if self.server.key and self.headers.get("Authorization") != f"Bearer {self.server.key}":  # type: ignore[attr-defined]
             status = 401
@@ -203,7 +220,9 @@ def test_healthcheck_passes_a_container_that_runs_no_gateway() -> None:
         text=True,
         check=False,
     )
-    assert proc.returncode == 0 and proc.stdout.startswith("healthy: not a gateway"), proc.stdout + proc.stderr
+    assert proc.returncode == 0 and proc.stdout.startswith("healthy: not a gateway"), (
+        proc.stdout + proc.stderr
+    )
 
 
 # --- the KubeRay RayJob ---------------------------------------------------------------------------------
@@ -409,7 +428,9 @@ def test_rayjob_entrypoint_is_a_valid_rllm_train() -> None:
 
 def test_slurm_script_is_shellcheck_clean() -> None:
     shellcheck = require_tool("shellcheck")
-    proc = subprocess.run([shellcheck, "--shell=bash", str(SBATCH)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [shellcheck, "--shell=bash", str(SBATCH)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

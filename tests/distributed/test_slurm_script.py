@@ -131,7 +131,9 @@ def test_sbatch_script_starts_ray_and_trains(tiny_model_dir: Path, tmp_path: Pat
         steps = [json.loads(line) for line in (runs / "slurm" / "metrics.jsonl").read_text().splitlines()]
         assert [s["step"] for s in steps] == [1]
         srun_calls = (tmp_path / "srun.log").read_text().splitlines()
-        assert len(srun_calls) == 1 and srun_calls[0].startswith("--nodes=1 --ntasks=1 --overlap -w localhost")
+        assert len(srun_calls) == 1 and srun_calls[0].startswith(
+            "--nodes=1 --ntasks=1 --overlap -w localhost"
+        )
         assert "ray start --head --block --node-ip-address=127.0.0.1" in srun_calls[0]
         # The EXIT trap stopped the head it started (its processes run under our session directory).
         deadline = time.monotonic() + 60
