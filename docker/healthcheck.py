@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pid", type=int, default=1, help="the process to check (default: 1)")
     args = parser.parse_args(argv)
-    command = read_cmdline(args.pid)
+    try:
+        command = read_cmdline(args.pid)
+    except OSError as err:  # the process is gone (or /proc is not mounted)
+        print(f"unhealthy: cannot read the command line of process {args.pid}: {err.strerror or err}")
+        return 1
     ports = gateway_ports(command)
     if ports is None:
         print(f"healthy: not a gateway ({' '.join(command[:3])})")

@@ -174,7 +174,7 @@ def test_healthcheck_knows_the_gateways_ports() -> None:
 
 
 class _FakeHealth(http.server.BaseHTTPRequestHandler):
-    """FAKE /health (the real gateway's is tested in tests/slow/test_deploy_healthcheck.py): answers the
+    """FAKE /health (the real gateway's: tests/slow/test_deploy_healthcheck.py): answers the
     status the server was given, 401 without the expected key."""
 
     def do_GET(self) -> None:
