@@ -44,7 +44,12 @@ index_args=()
 if [[ -n "${RLLM_TORCH_INDEX_URL:-}" ]]; then
   index_args=(--index-url "$RLLM_TORCH_INDEX_URL")
 fi
-torch_version() { "$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null; }
+# The installed distribution's version (what a pip constraint matches), once torch imports: PyPI's CUDA wheel
+# of 2.13.0 is the distribution 2.13.0, while its torch.__version__ says 2.13.0+cu130, which no distribution
+# satisfies as a constraint (the CPU wheel is 2.13.0+cpu in both).
+torch_version() {
+  "$PY" -c 'import importlib.metadata as m, torch; print(m.version("torch"))' 2>/dev/null
+}
 
 if installed_torch="$(torch_version)"; then
   log "keeping the installed torch $installed_torch"
