@@ -1,6 +1,7 @@
 """``rllm train``: load a TrainConfig, run AgentTrainer, print held-out accuracy before and after.
 
     rllm train                                   defaults: built-in model and task, LoRA GRPO
+                                                 (in a project directory: its ./rllm.yaml, docs/init.md)
     rllm train my.yaml trainer.steps=100 lora.rank=16
     rllm train --help-config                     every key with its type, default and meaning
 
@@ -132,9 +133,15 @@ def run_train(args: argparse.Namespace) -> int:
         return 0
 
     from rllm.trainer.agent_trainer import AgentTrainer  # torch, as above
+    from rllm.trainer.project import find_project_config  # beside the trainer, as above
 
     try:
         yaml_path, overrides = split_config_args(args.args)
+        if yaml_path is None and (project := find_project_config()) is not None:
+            logger.info(
+                "config: %s (a project's config; pass another YAML file to use that instead)", project
+            )
+            yaml_path = str(project)
         config = load_config(TrainConfig, yaml_path, overrides)
         # Construction checks what the backend supports, builds the tasks and resolves the model path.
         trainer = AgentTrainer(config)
