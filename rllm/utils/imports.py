@@ -33,15 +33,16 @@ def load_object(spec: str, *, what: str = "object") -> Any:
         raise ObjectNotFoundError(
             f"{what} {spec!r} should be module:attribute or path/to/file.py:attribute (e.g. agent:solve)"
         )
-    module = _load_file(where, what) if where.endswith(".py") else _import(where, what)
+    label = f"{what} {spec!r}"
+    module = _load_file(where, label) if where.endswith(".py") else _import(where, label)
     if not hasattr(module, attr):
         public = sorted(name for name in vars(module) if not name.startswith("_"))
         hint = f" (it defines {', '.join(public[:8])}{' ...' if len(public) > 8 else ''})" if public else ""
-        raise ObjectNotFoundError(f"{what} {spec!r}: {where} has no attribute {attr!r}{hint}")
+        raise ObjectNotFoundError(f"{label}: {where} has no attribute {attr!r}{hint}")
     return getattr(module, attr)
 
 
-def _import(name: str, what: str) -> ModuleType:
+def _import(name: str, label: str) -> ModuleType:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)  # the `rllm` console script, unlike `python -m`, does not put it there
@@ -51,15 +52,15 @@ def _import(name: str, what: str) -> ModuleType:
         if err.name is None or not (name == err.name or name.startswith(err.name + ".")):
             raise  # the module exists but imports something missing: that traceback is the useful one
         raise ObjectNotFoundError(
-            f"{what}: no module named {name!r} importable from {cwd} (run rllm from the directory that "
+            f"{label}: no module named {name!r} importable from {cwd} (run rllm from the directory that "
             f"holds {name.split('.')[0]}.py, or install the package)"
         ) from None
 
 
-def _load_file(where: str, what: str) -> ModuleType:
+def _load_file(where: str, label: str) -> ModuleType:
     path = Path(where).resolve()
     if not path.is_file():
-        raise ObjectNotFoundError(f"{what}: {where} does not exist")
+        raise ObjectNotFoundError(f"{label}: {where} does not exist")
     sys.path.insert(0, str(path.parent))  # the file's sibling modules import as in a script
     module_spec = importlib.util.spec_from_file_location(path.stem, path)
     assert module_spec is not None and module_spec.loader is not None
