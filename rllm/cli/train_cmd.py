@@ -39,7 +39,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser = subparsers.add_parser(
         "train",
         help="train a model with RL (defaults: built-in model and task, LoRA GRPO on CPU)",
-        description="Train with RL. The configuration is the defaults, then CONFIG.yaml if given, then "
+        description="Train with RL. The configuration is the defaults, then CONFIG.yaml if given (else "
+        "./rllm.yaml when there is one), then "
         "each key=value override in order (e.g. trainer.steps=100 algorithm.loss.name=gspo). "
         "`rllm train --help-config` lists every key.",
     )

@@ -36,7 +36,11 @@ def load_object(spec: str, *, what: str = "object") -> Any:
     label = f"{what} {spec!r}"
     module = _load_file(where, label) if where.endswith(".py") else _import(where, label)
     if not hasattr(module, attr):
-        public = sorted(name for name in vars(module) if not name.startswith("_"))
+        public = sorted(  # what the module itself defines, not what it imports
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+        )
         hint = f" (it defines {', '.join(public[:8])}{' ...' if len(public) > 8 else ''})" if public else ""
         raise ObjectNotFoundError(f"{label}: {where} has no attribute {attr!r}{hint}")
     return getattr(module, attr)
