@@ -159,7 +159,7 @@ def run_train(args: argparse.Namespace) -> int:
     logger.info(
         "training %s on task %r for %s (%s); run directory %s",
         config.model.path,
-        config.data.task,
+        config.data.train_file or config.data.task,
         _steps(config.trainer.steps),
         "LoRA" if config.lora.enabled else "full fine-tune",
         trainer.run_dir,

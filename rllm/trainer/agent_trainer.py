@@ -360,7 +360,7 @@ class AgentTrainer:
             name=t.name,
             config=self.cfg.model_dump(),
             model=self.cfg.model.path,
-            task=self.cfg.data.task,
+            task=self.cfg.data.train_file or self.cfg.data.task,
             location=self.run_dir,
             resume_from_step=load_loop_state(ckpt)["step"] if ckpt is not None and t.resume else None,
             episodes_per_step=t.store_episodes_per_step,
