@@ -14,8 +14,6 @@ recorded as a run in the run store (``--store``; ``rllm ui`` shows it), unless `
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -99,27 +97,6 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def load_object(spec: str) -> Any:
-    """``module:attr`` or ``path/to/file.py:attr`` → the object."""
-    if ":" not in spec:
-        raise ValueError(f"{spec!r} should be module:function or path/to/file.py:function")
-    where, attr = spec.rsplit(":", 1)
-    if where.endswith(".py"):
-        path = Path(where).resolve()
-        if not path.exists():
-            raise FileNotFoundError(f"{where} does not exist")
-        sys.path.insert(0, str(path.parent))  # the flow's own sibling modules import as in a script
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert module_spec is not None and module_spec.loader is not None
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
-    if not hasattr(module, attr):
-        raise AttributeError(f"{where} has no {attr!r}")
-    return getattr(module, attr)
-
-
 def _int_option(flag: str, value: str) -> int:
     try:
         return int(value)
@@ -169,6 +146,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rllm.rewards.registry import get_reward
     from rllm.sandbox import SandboxUnavailable
     from rllm.store import StoreError, default_store_path
+    from rllm.utils.imports import load_object
 
     if args.base_url and not args.model:
         print("--base-url needs --model NAME: the model name the server serves", file=sys.stderr)
@@ -196,13 +174,13 @@ def run_eval_command(args: argparse.Namespace) -> int:
                 None if history == "all" else _int_option("--history-turns", history)
             )
         if args.flow:
-            flow = load_object(args.flow)
+            flow = load_object(args.flow, what="--flow")
         elif plays_env:
             flow = env_flow(args.dataset, **game_options)
         else:
             flow = chat_flow(answer_instruction(reward_name), args.system_prompt)
         if args.evaluator:
-            evaluator_fn = load_object(args.evaluator)
+            evaluator_fn = load_object(args.evaluator, what="--evaluator")
         elif plays_env:
             evaluator_fn = None  # the environment scores the episode
         elif reward_name is None:

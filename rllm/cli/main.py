@@ -1,6 +1,8 @@
 """The ``rllm`` command line.
 
-    rllm train [CONFIG.yaml] [key=value ...]   train (defaults: built-in model and task, LoRA GRPO)
+    rllm init NAME [--template T]              a new project: flow, evaluator, tasks, config, test
+    rllm train [CONFIG.yaml] [key=value ...]   train (defaults: built-in model and task, LoRA GRPO;
+                                               in a project: its ./rllm.yaml)
     rllm train --help-config                   every config key with its type, default and meaning
     rllm eval DATASET [--model M | --base-url URL --model NAME] [--k K] [--max-examples N] [--output PATH]
                                                score a model on a dataset: accuracy, pass@k (resumable)
@@ -29,6 +31,7 @@ from rllm.cli.check_template_cmd import add_check_template_parser
 from rllm.cli.dataset_cmd import add_dataset_parser
 from rllm.cli.eval_cmd import add_eval_parser
 from rllm.cli.gateway_cmd import add_gateway_parser
+from rllm.cli.init_cmd import add_init_parser
 from rllm.cli.model_cmd import add_model_parser
 from rllm.cli.train_cmd import add_train_parser
 from rllm.cli.ui_cmd import add_ui_parser
@@ -53,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default: INFO)",
     )
     subparsers = parser.add_subparsers(
-        dest="command", metavar="{train,eval,ui,gateway,model,dataset,check-template,version}", required=True
+        dest="command",
+        metavar="{init,train,eval,ui,gateway,model,dataset,check-template,version}",
+        required=True,
     )
     train = add_train_parser(subparsers)
     # Also accepted after `train`; SUPPRESS keeps the subparser from overwriting `rllm --log-level X train`.
@@ -65,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default: INFO)",
     )
     add_eval_parser(subparsers)
+    add_init_parser(subparsers)
     add_ui_parser(subparsers)
     add_gateway_parser(subparsers)
     add_model_parser(subparsers)

@@ -1,6 +1,7 @@
 """``rllm train``: load a TrainConfig, run AgentTrainer, print held-out accuracy before and after.
 
     rllm train                                   defaults: built-in model and task, LoRA GRPO
+                                                 (in a project directory: its ./rllm.yaml, docs/init.md)
     rllm train my.yaml trainer.steps=100 lora.rank=16
     rllm train --help-config                     every key with its type, default and meaning
 
@@ -38,7 +39,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser = subparsers.add_parser(
         "train",
         help="train a model with RL (defaults: built-in model and task, LoRA GRPO on CPU)",
-        description="Train with RL. The configuration is the defaults, then CONFIG.yaml if given, then "
+        description="Train with RL. The configuration is the defaults, then CONFIG.yaml if given (else "
+        "./rllm.yaml when there is one), then "
         "each key=value override in order (e.g. trainer.steps=100 algorithm.loss.name=gspo). "
         "`rllm train --help-config` lists every key.",
     )
@@ -132,9 +134,15 @@ def run_train(args: argparse.Namespace) -> int:
         return 0
 
     from rllm.trainer.agent_trainer import AgentTrainer  # torch, as above
+    from rllm.trainer.project import find_project_config  # beside the trainer, as above
 
     try:
         yaml_path, overrides = split_config_args(args.args)
+        if yaml_path is None and (project := find_project_config()) is not None:
+            logger.info(
+                "config: %s (a project's config; pass another YAML file to use that instead)", project
+            )
+            yaml_path = str(project)
         config = load_config(TrainConfig, yaml_path, overrides)
         # Construction checks what the backend supports, builds the tasks and resolves the model path.
         trainer = AgentTrainer(config)
@@ -151,7 +159,7 @@ def run_train(args: argparse.Namespace) -> int:
     logger.info(
         "training %s on task %r for %s (%s); run directory %s",
         config.model.path,
-        config.data.task,
+        config.data.train_file or config.data.task,
         _steps(config.trainer.steps),
         "LoRA" if config.lora.enabled else "full fine-tune",
         trainer.run_dir,

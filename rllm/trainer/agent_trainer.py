@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from rllm.algorithms.prepare import PreparedBatch, prepare_batch, reward_shapers
-from rllm.data.registry import DatasetRegistry
 from rllm.engine.workflow_engine import Workflow, WorkflowEngine
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
@@ -35,8 +34,9 @@ from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
 from rllm.trainer.checks import check_config
-from rllm.trainer.config import TrainConfig
+from rllm.trainer.config import FlowConfig, TrainConfig
 from rllm.trainer.engines import build_engine
+from rllm.trainer.project import config_tasks, load_flow
 from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, try_plot
 from rllm.trainer.workflows import build_workflow
 from rllm.types import Episode
@@ -62,7 +62,8 @@ class TrainResult:
 class AgentTrainer:
     """Trains the policy behind ``workflow`` on ``train_tasks``; evaluates greedily on ``test_tasks``.
 
-    With no workflow/tasks it trains the built-in single-turn task named by ``config.data.task``.
+    With no workflow it runs the one ``workflow.name`` names (a built-in workflow, an environment, or your
+    ``workflow.flow``); with no tasks it reads ``data.train_file`` / ``data.test_file``, else ``data.task``.
     """
 
     def __init__(
@@ -77,6 +78,12 @@ class AgentTrainer:
     ) -> None:
         self.cfg = config
         check_config(config, backend_capabilities(config.backend.name))
+        if isinstance(config.workflow, FlowConfig):  # the project's own code, named in the config
+            if workflow is not None:
+                raise UnsupportedConfigError(
+                    "workflow.name=flow names a flow, but a workflow was passed to AgentTrainer too: drop one"
+                )
+            workflow, evaluator = load_flow(config)
         # An @rllm.rollout flow talks to the model over HTTP: the trainer serves its engine behind an
         # embedded gateway and runs the flow through a GatewayWorkflow (one session per episode).
         self.agent_flow = workflow if isinstance(workflow, Rollout) else None
@@ -84,7 +91,7 @@ class AgentTrainer:
             raise TypeError("evaluator= goes with an @rllm.rollout flow; a workflow scores its own episodes")
         self.evaluator = evaluator
         self.gateway: Any = None
-        if workflow is not None and config.workflow.name != "single_turn":
+        if workflow is not None and config.workflow.name not in ("single_turn", "flow"):
             raise UnsupportedConfigError(
                 f"workflow.name={config.workflow.name} names a built-in workflow, but a workflow was passed to "
                 "AgentTrainer too: drop one of them"
@@ -93,17 +100,10 @@ class AgentTrainer:
         # Applied before advantages: the shapers algorithm.shaping turns on, then the caller's own.
         shapers = reward_shapers(config.algorithm.shaping, max_tokens=config.rollout.max_tokens)
         self.shapers = shapers + list(reward_shaping or [])
-        d, seed = config.data, config.trainer.seed
-        if train_tasks is None or test_tasks is None:
-            datasets = DatasetRegistry()
-            if train_tasks is None:
-                train_tasks = datasets.load(
-                    d.task, d.train_split, limit=d.train_size, seed=seed, reward=d.reward
-                )
-            if test_tasks is None:
-                test_tasks = datasets.load(
-                    d.task, d.test_split, limit=d.test_size, seed=seed, reward=d.reward
-                )
+        if train_tasks is None:
+            train_tasks = config_tasks(config, "train")
+        if test_tasks is None:
+            test_tasks = config_tasks(config, "test")
         self.train_tasks, self.test_tasks = train_tasks, test_tasks
         if not self.train_tasks:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
@@ -360,7 +360,7 @@ class AgentTrainer:
             name=t.name,
             config=self.cfg.model_dump(),
             model=self.cfg.model.path,
-            task=self.cfg.data.task,
+            task=self.cfg.data.train_file or self.cfg.data.task,
             location=self.run_dir,
             resume_from_step=load_loop_state(ckpt)["step"] if ckpt is not None and t.resume else None,
             episodes_per_step=t.store_episodes_per_step,

@@ -239,6 +239,12 @@ def _check_env_pairing(cfg: TrainConfig) -> None:
 def _check_dataset(cfg: TrainConfig) -> None:
     """data.task names a dataset with both splits and a reward rllm knows (or an environment that scores)."""
     d = cfg.data
+    for key, path in (("train_file", d.train_file), ("test_file", d.test_file)):
+        if path is not None and not Path(path).is_file():
+            raise UnsupportedConfigError(f"data.{key}={path!r}: no such file (relative to {Path.cwd()})")
+    if d.train_file is not None and d.test_file is not None:
+        _check_file_reward(cfg)  # both splits come from the files: data.task is not read
+        return
     try:
         info = DatasetRegistry().info(d.task)
     except DatasetNotFoundError as exc:  # its message says how to get the dataset (pull, register, list)
@@ -263,6 +269,22 @@ def _check_dataset(cfg: TrainConfig) -> None:
     if not plays_env and (d.reward or info.reward) is None:
         raise UnsupportedConfigError(f"dataset {d.task!r} names no reward: set data.reward")
     _check_sandbox(cfg, None if plays_env else d.reward or info.reward)
+
+
+def _check_file_reward(cfg: TrainConfig) -> None:
+    """Tasks from files are scored by your flow (workflow.name=flow) or by data.reward."""
+    reward = cfg.data.reward
+    if reward is not None and reward not in reward_names():
+        raise UnsupportedConfigError(
+            f"data.reward={reward!r} is not a reward"
+            + (did_you_mean(reward, reward_names()) or f": choose one of {', '.join(reward_names())}")
+        )
+    if reward is None and cfg.workflow.name != "flow" and not is_env(cfg.workflow.name):
+        raise UnsupportedConfigError(
+            f"data.train_file's tasks name no reward for workflow.name={cfg.workflow.name}: set data.reward "
+            "(e.g. number, math) or score them in your own flow (workflow.name=flow)"
+        )
+    _check_sandbox(cfg, reward)
 
 
 def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:

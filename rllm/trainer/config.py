@@ -312,8 +312,9 @@ class WorkflowConfig(_Section):
     name: str = Field(
         "single_turn",
         description="Workflow: single_turn (ask, score), tool_agent (ReAct loop with workflow.tools), "
-        "solver_judge (workflow.n_solvers solvers, a judge picks), or a registered environment's name "
-        "(a multi-turn game; needs data.task=<the same name>; docs/agents.md). Its options follow.",
+        "solver_judge (workflow.n_solvers solvers, a judge picks), flow (your own code: workflow.flow), or a "
+        "registered environment's name (a multi-turn game; needs data.task=<the same name>; docs/agents.md). "
+        "Its options follow.",
     )
 
     @classmethod
@@ -353,10 +354,38 @@ class SolverJudgeConfig(WorkflowConfig):
     n_solvers: int = Field(2, ge=2, description="solvers per episode.")
 
 
+class FlowConfig(WorkflowConfig):
+    """Your own flow, named by import path (``rllm init`` projects use it; docs/init.md)."""
+
+    name: Literal["flow"] = "flow"
+    flow: str = Field(
+        description="module:attribute (importable from the directory rllm runs in) or path.py:attribute: "
+        "an @rllm.rollout agent, a workflow object, or an async function (task, ctx) -> Outcome.",
+    )
+    evaluator: str | None = Field(
+        None,
+        description="module:attribute of the @rllm.evaluator that scores an @rllm.rollout flow; null: the "
+        "flow scores itself.",
+    )
+
+    @field_validator("flow", "evaluator")
+    @classmethod
+    def _import_path(cls, spec: str | None) -> str | None:
+        """The shape is checked when the config loads; the import, at start-up (rllm.trainer.project)."""
+        if spec is not None:
+            where, sep, attr = spec.rpartition(":")
+            if not (sep and where and attr.isidentifier()):
+                raise ValueError(
+                    f"{spec!r} should be module:attribute or path/to/file.py:attribute (e.g. agent:solve)"
+                )
+        return spec
+
+
 _BUILTIN_WORKFLOWS: dict[str, type[WorkflowConfig]] = {
     "single_turn": SingleTurnConfig,
     "tool_agent": ToolAgentConfig,
     "solver_judge": SolverJudgeConfig,
+    "flow": FlowConfig,
 }
 _ENV_WORKFLOWS: dict[tuple[str, type[EnvOptions]], type[WorkflowConfig]] = {}
 
@@ -414,6 +443,14 @@ class DataConfig(_Section):
         20000, gt=0, description="Most training tasks (a generated dataset makes this many)."
     )
     test_size: int = Field(200, gt=0, description="Most held-out test tasks.")
+    train_file: str | None = Field(
+        None,
+        description="A JSONL, JSON, CSV or parquet file of training tasks (question, ground_truth, ...) used "
+        "instead of data.task's train split; relative to the directory rllm runs in.",
+    )
+    test_file: str | None = Field(
+        None, description="A file of held-out tasks, as data.train_file, instead of data.task's test split."
+    )
     reward: str | None = Field(
         None, description="Reward that scores replies (docs/rewards.md); null: the dataset's."
     )
