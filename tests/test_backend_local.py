@@ -115,8 +115,11 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_model_dir, agg: str) 
     small = backend.forward_backward(batch, loss, old_logprobs=old)
     micro = _grads(backend)
     assert full.keys() == micro.keys() and full
+    # Relative to each tensor's largest entry: micro-batches sum in another order, and how much that moves
+    # a tiny entry depends on the machine's BLAS kernels (an elementwise atol of 1e-7 failed on one CPU).
     for name in full:
-        assert torch.allclose(full[name], micro[name], rtol=1e-4, atol=1e-7), name
+        scale = float(full[name].abs().max())
+        assert float((full[name] - micro[name]).abs().max()) <= 1e-4 * scale + 1e-12, name
     assert small["train/loss"] == pytest.approx(big["train/loss"], rel=1e-5)
     assert small["train/clip_fraction"] == pytest.approx(big["train/clip_fraction"], rel=1e-5)
     assert 0 < big["train/clip_fraction"] < 1

@@ -81,7 +81,7 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "lint-imports --no-cache" in calls and "deptry ." in calls
     assert "ruff format --check rllm tests benchmarks scripts examples docker" in calls
     assert "ruff check rllm tests benchmarks scripts examples docker" in calls
-    assert "setup.sh langgraph mcp deploy-tests" in calls
+    assert "setup.sh langgraph mcp smolagents openai-agents deploy-tests" in calls
     assert any(c.startswith("python -m pytest") and "tests/test_deploy.py" in c for c in calls)
     assert any("-m pytest -q -m slow or vllm" in c for c in calls)
     assert "python -m pytest -q -m distributed" in calls

@@ -100,7 +100,7 @@ def test_a_registered_dataset_trains_with_its_reward(
 
 def test_unusable_datasets_are_refused_at_start_up(datasets_dir: Path) -> None:
     assert "rllm dataset pull gsm8k" in _refusal("data.task=gsm8k")
-    assert "rllm dataset list" in _refusal("data.task=nope")
+    assert "is not a known dataset" in _refusal("data.task=nope")
     assert "has splits train, test" in _refusal("data.test_split=validation")
     assert "data.reward='nope' is not a reward" in _refusal("data.reward=nope")
     DatasetRegistry().register("unscored", ROWS, "train")
