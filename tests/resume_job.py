@@ -83,6 +83,10 @@ def run(model_dir: str, run_dir: str, *overrides: str) -> TrainResult:
             "rollout.batch_size=2",
             "rollout.group_size=4",
             "rollout.max_tokens=4",
+            # One row per decode batch: the local engine batches the rows that arrive within a few ms, so
+            # under load the same rollout can be split into other batch shapes, whose logprobs (the loss's
+            # old logprobs) differ in the last bits; the exact-weights checks need the same numbers each run.
+            "inference.max_batch_rows=1",
             *overrides,
         ],
     )
