@@ -39,6 +39,7 @@ from typing import Any
 from _common import (
     PhaseClock,
     RssSampler,
+    cpu_has_bf16,
     forward_args,
     grpo_reward,
     peak_rss_mb,
@@ -484,6 +485,12 @@ def main() -> None:
     common += ["--threads", str(args.threads)] if args.threads else []
     workers = [args.only] if args.only else list(WORKERS)
     settings = list(SETTINGS) if args.precision == "both" else [args.precision]
+    if "best" in settings and not cpu_has_bf16():
+        # rllm refuses bf16 autocast on a CPU without native bf16 (it would be emulated, and slower).
+        if args.precision == "best":
+            raise SystemExit("--precision best needs a CPU with native bf16 (AVX512-BF16 / AMX); use fp32")
+        print("this CPU has no native bf16: running the fp32 (like for like) setting only")
+        settings = ["fp32"]
     results = {
         (w, s): run_worker(__file__, w, [*common, "--precision", s]) for s in settings for w in workers
     }
