@@ -186,7 +186,7 @@ class Trace(BaseModel):
     request_id: str
     choice_index: int = 0
     created_at: float = Field(default_factory=time.time)
-    endpoint: Literal["chat.completions", "completions", "responses"]
+    endpoint: Literal["chat.completions", "completions", "responses", "messages"]
     request: dict[str, Any]
     response_text: str
     response_message: dict[str, Any] | None = None

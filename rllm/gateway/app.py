@@ -11,13 +11,17 @@ Routes (each ``/v1`` route also under ``/sessions/{session_id}``):
 - ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not; ``n``, ``stop``, ``seed``,
   ``tools`` / ``tool_choice``, ``logprobs``), ``GET /v1/models``;
 - ``POST /v1/responses``: OpenAI's Responses API, translated to chat (:mod:`rllm.gateway.responses_api`);
+- ``POST /v1/messages``, ``POST /v1/messages/count_tokens``: Anthropic's Messages API, translated to chat
+  (:mod:`rllm.gateway.messages_api`; errors on these routes take Anthropic's shape);
 - ``POST /sessions`` (create, with sampling overrides), ``GET /sessions``, ``GET /sessions/{id}``,
   ``DELETE /sessions/{id}``, ``GET /sessions/{id}/traces``, ``GET /traces`` (query), ``GET /health``;
 - ``POST /admin/policy`` (``{"model", "weight_version"}``): which model/adapter name an HTTP upstream asks
   for from now on and the weight version its traces record (the trainer's weight sync sets it, possibly
   from another process).
 
-Every error, bad input included, comes back in OpenAI's error shape with a 4xx status.
+Every error, bad input included, comes back in OpenAI's error shape (Anthropic's on the Messages routes)
+with a 4xx status. The API key, when set, is accepted as ``Authorization: Bearer <key>`` or as Anthropic's
+``x-api-key: <key>``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from rllm.gateway import messages_api
 from rllm.gateway.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
 from rllm.gateway.responses import completion_body, stream_chunks
 from rllm.gateway.responses_api import ResponsesRequest, continue_from, response_body, stream_events, to_chat
@@ -216,6 +221,51 @@ class _Api:
                 headers={"Cache-Control": "no-cache"},
             )
         return JSONResponse(body)
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API, translated to chat and recorded as chat (``rllm.gateway.messages_api``)."""
+        req: messages_api.MessagesRequest = _parse(await self.body_of(request), messages_api.MessagesRequest)
+        messages, tools, tool_choice = messages_api.to_chat(req)
+        up = {
+            "endpoint": "chat.completions",
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": tool_choice,
+        }
+        record = {"messages": messages, "tools": tools, "tool_choice": tool_choice}
+        sampled = await self.sample(
+            request, up, record, req.to_sampling_params, prefix="msg_", api="messages"
+        )
+        body = messages_api.message_body(sampled.request_id, self.state.model_name, sampled.result)
+        if req.stream:
+            return StreamingResponse(
+                _aiter(messages_api.stream_events(body)),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return JSONResponse(body)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """``{"input_tokens": N}``: the prompt a Messages call would be sampled from, rendered by the
+        upstream with the chat template its sampling uses."""
+        req = _parse(await self.body_of(request), messages_api.CountTokensRequest)
+        session_id = _session_id(request)
+        messages, tools, tool_choice = messages_api.to_chat(req)
+        count = getattr(self.state.upstream, "count_tokens", None)
+        if count is None:
+            raise OpenAIError(400, f"the upstream {self.state.upstream.name!r} cannot count tokens")
+        up = UpstreamRequest(
+            endpoint="chat.completions",
+            messages=messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            params=SamplingParams(),
+        )
+        try:
+            n = await count(up, session_id=session_id)
+        except UpstreamError as exc:
+            raise OpenAIError(exc.status_code, exc.message) from exc
+        return JSONResponse({"input_tokens": n})
 
     async def _serve(
         self, request: Request, req: Any, up: dict[str, Any], record: dict[str, Any], build: Any
@@ -401,6 +451,8 @@ class _Api:
                 Route(f"{prefix}/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route(f"{prefix}/v1/completions", self.completions, methods=["POST"]),
                 Route(f"{prefix}/v1/responses", self.responses, methods=["POST"]),
+                Route(f"{prefix}/v1/messages", self.messages, methods=["POST"]),
+                Route(f"{prefix}/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
                 Route(f"{prefix}/v1/models", self.list_models, methods=["GET"]),
             ]
         return [
@@ -425,7 +477,8 @@ def create_app(
     max_body_bytes: int = 16 * 1024 * 1024,
 ) -> Starlette:
     """Build the gateway app. ``upstream`` may be an inference engine (wrapped in :class:`LocalUpstream`).
-    ``api_key``, when given, is required as ``Authorization: Bearer <key>`` on every route."""
+    ``api_key``, when given, is required on every route, as ``Authorization: Bearer <key>`` or
+    ``x-api-key: <key>`` (Anthropic's header)."""
     if not hasattr(upstream, "complete"):
         upstream = LocalUpstream(upstream)
     state = _GatewayState(upstream, store, model_name)
@@ -523,24 +576,27 @@ def _printable(exc: Exception) -> str:
     return str(exc).encode("utf-8", "backslashreplace").decode("utf-8")[:300]
 
 
-def _error(err: OpenAIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status_code)
+def _error(err: OpenAIError, path: str) -> JSONResponse:
+    """The error in the shape of the API the path speaks: Anthropic's on the Messages routes, else OpenAI's."""
+    body = messages_api.error_body(err) if messages_api.is_messages_path(path) else err.body()
+    return JSONResponse(body, status_code=err.status_code)
 
 
 async def _openai_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, OpenAIError)
-    return _error(exc)
+    return _error(exc, request.url.path)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return _error(OpenAIError(exc.status_code, str(exc.detail), type=kind))
+    return _error(OpenAIError(exc.status_code, str(exc.detail), type=kind), request.url.path)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     logger.exception("gateway request failed")
-    return _error(OpenAIError(500, f"the gateway failed: {type(exc).__name__}: {exc}", type="server_error"))
+    err = OpenAIError(500, f"the gateway failed: {type(exc).__name__}: {exc}", type="server_error")
+    return _error(err, request.url.path)
 
 
 class _Guard:
@@ -558,14 +614,13 @@ class _Guard:
             return
         headers = dict(scope["headers"])
         err = None
-        if self.api_key is not None:
-            scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.api_key):
-                err = OpenAIError(
-                    401,
-                    "missing or wrong API key: send 'Authorization: Bearer <key>' with the gateway's key",
-                    code="invalid_api_key",
-                )
+        if self.api_key is not None and not self._authorized(headers):
+            err = OpenAIError(
+                401,
+                "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>') with "
+                "the gateway's key",
+                code="invalid_api_key",
+            )
         length = headers.get(b"content-length")
         if err is None and length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             err = OpenAIError(
@@ -574,6 +629,15 @@ class _Guard:
                 code="request_too_large",
             )
         if err is not None:
-            await _error(err)(scope, receive, send)
+            await _error(err, scope.get("path", ""))(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        """The key as a bearer token (OpenAI clients) or in ``x-api-key`` (Anthropic clients)."""
+        assert self.api_key is not None
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.api_key):
+            return True
+        key = headers.get(b"x-api-key")
+        return key is not None and hmac.compare_digest(key.strip(), self.api_key)

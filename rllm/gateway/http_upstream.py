@@ -387,6 +387,7 @@ class HTTPUpstream:
                     completion_ids=ids or [],
                     logprobs=lps or [],
                     token_strings=strings if request.logprobs else None,
+                    stop_sequence=_stop_sequence(c, request.params.stop),
                 )
             )
         if not trainable:
@@ -396,6 +397,39 @@ class HTTPUpstream:
         return UpstreamResult(
             prompt_ids=list(prompt_ids or []), choices=choices, trainable=trainable, upstream=upstream
         )
+
+    async def count_tokens(self, request: UpstreamRequest, *, session_id: str) -> int:
+        """The prompt length of a chat ``request`` as the server renders it (vLLM's ``POST /tokenize``,
+        the same chat template its chat completions use); other kinds cannot say, a 400."""
+        await self.start()
+        if self.kind != "vllm":
+            raise UpstreamError(
+                400, f"counting tokens needs a vLLM upstream or the local engine, not a {self.kind} server"
+            )
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "add_generation_prompt": True,
+        }
+        if request.tools:
+            body["tools"] = request.tools
+        w = self.pick(session_id)
+        if w is None:
+            raise UpstreamError(502, "no upstream worker is healthy enough to count tokens")
+        try:
+            async with self._http().post(f"{w.root}/tokenize", json=body) as resp:
+                status, raw = resp.status, await resp.read()
+        except _RETRYABLE as exc:
+            raise UpstreamError(502, f"{w.base_url}: {type(exc).__name__}: {exc}") from exc
+        if status != 200:
+            raise UpstreamError(
+                status if 400 <= status < 500 else 502,
+                f"the upstream could not count the tokens: {_error_text(raw)}",
+            )
+        try:
+            return int(json.loads(raw)["count"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UpstreamError(502, f"the upstream's /tokenize reply has no count: {raw[:200]!r}") from exc
 
     async def health(self) -> dict[str, Any]:
         return {
@@ -446,6 +480,16 @@ def _token_ids_and_logprobs(
             lps = [float(x) if x is not None else float("-inf") for x in lp["token_logprobs"]]
             strings = lp.get("tokens")
     return (list(ids) if ids is not None else None), lps, strings
+
+
+def _stop_sequence(choice: dict[str, Any], stop: list[str]) -> str | None:
+    """The client stop string that ended an upstream choice (vLLM: ``stop_reason``; SGLang:
+    ``matched_stop``); ``None`` for an eos, a stop token id, or a server that does not say."""
+    for key in ("stop_reason", "matched_stop"):
+        value = choice.get(key)
+        if isinstance(value, str) and value in stop:
+            return value
+    return None
 
 
 def _error_text(raw: bytes) -> str:

@@ -8,14 +8,12 @@ streaming code path works unchanged, but time-to-first-token equals the whole ca
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
+from rllm.gateway.translate import PIECES
 from rllm.gateway.upstreams import UpstreamChoice, UpstreamResult
 from rllm.types import finite_logprob
-
-_PIECES = re.compile(r"\s*\S+\s*|\s+")
 
 
 def usage(result: UpstreamResult) -> dict[str, int]:
@@ -135,7 +133,7 @@ def stream_chunks(
                     }
                 ]
             )
-        for piece in _PIECES.findall(c.text):
+        for piece in PIECES.findall(c.text):
             delta = {"content": piece} if chat else None
             yield event(
                 [{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}]

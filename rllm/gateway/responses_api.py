@@ -19,20 +19,18 @@ that names them, and so is any field this module does not know.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from rllm.gateway.protocol import FunctionSpec, OpenAIError, validation_error
+from rllm.gateway.protocol import OpenAIError
+from rllm.gateway.translate import PIECES, assistant_message, chat_tool, fail, forced_function
 from rllm.gateway.upstreams import UpstreamResult
 from rllm.inference.base import SamplingParams
 from rllm.types import Trace, finite_logprob
 
 __all__ = ["ResponsesRequest", "continue_from", "response_body", "stream_events", "to_chat"]
-
-_PIECES = re.compile(r"\s*\S+\s*|\s+")
 
 # Accepted and without effect on sampling (the reply or the trace may echo them).
 _HARMLESS = {
@@ -71,10 +69,6 @@ _INCLUDABLE = {
 _LOGPROBS = "message.output_text.logprobs"
 
 
-def _fail(message: str, param: str | None) -> OpenAIError:
-    return OpenAIError(400, message, param=param)
-
-
 class ResponsesRequest(BaseModel):
     """A ``POST /v1/responses`` body as validated at the edge (input items are checked by :func:`to_chat`)."""
 
@@ -101,37 +95,37 @@ class ResponsesRequest(BaseModel):
         """Refuse, naming the field, what the gateway would otherwise silently ignore."""
         for key, value in (self.model_extra or {}).items():
             if key in _REFUSED and value not in (None, False, [], {}):
-                raise _fail(_REFUSED[key], key)
+                raise fail(_REFUSED[key], key)
             if key not in _REFUSED and key not in _HARMLESS:
-                raise _fail(
+                raise fail(
                     f"{key!r} is not a field of a Responses request the gateway supports (it refuses what it "
                     "would otherwise ignore)",
                     key,
                 )
         for name in self.include or []:
             if name not in _INCLUDABLE:
-                raise _fail(
+                raise fail(
                     f"include: unknown value {name!r} (one of {', '.join(sorted(_INCLUDABLE))})", "include"
                 )
         if self.truncation not in (None, "disabled"):
-            raise _fail(
+            raise fail(
                 "truncation: only 'disabled' is supported (a prompt that does not fit is refused, never cut)",
                 "truncation",
             )
         if self.top_logprobs:
-            raise _fail(
+            raise fail(
                 "top_logprobs > 0 is not supported: the gateway reports the sampled token's logprob only",
                 "top_logprobs",
             )
         if self.reasoning and any(v is not None for v in self.reasoning.values()):
-            raise _fail(
+            raise fail(
                 "the gateway's models have no separate reasoning to configure: send reasoning null",
                 "reasoning",
             )
         if self.text:
             _check_text(self.text)
         if not self.input:
-            raise _fail("input: send the new input (a string or a non-empty list of items)", "input")
+            raise fail("input: send the new input (a string or a non-empty list of items)", "input")
 
     @property
     def wants_logprobs(self) -> bool:
@@ -151,15 +145,15 @@ class ResponsesRequest(BaseModel):
 def _check_text(text: dict[str, Any]) -> None:
     unknown = sorted(set(text) - {"format", "verbosity"})
     if unknown:
-        raise _fail(f"text: unknown option {unknown[0]!r}", f"text.{unknown[0]}")
+        raise fail(f"text: unknown option {unknown[0]!r}", f"text.{unknown[0]}")
     fmt = text.get("format")
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
         kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-        raise _fail(
+        raise fail(
             f"text.format: only plain text is supported, not {kind!r} (no structured outputs)", "text.format"
         )
     if text.get("verbosity") not in (None, "medium"):
-        raise _fail("text.verbosity: only 'medium' (the default) is supported", "text.verbosity")
+        raise fail("text.verbosity: only 'medium' (the default) is supported", "text.verbosity")
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -170,17 +164,12 @@ def _tools(req: ResponsesRequest) -> list[dict[str, Any]] | None:
     out = []
     for i, tool in enumerate(req.tools):
         if tool.get("type") != "function":
-            raise _fail(
+            raise fail(
                 f"tools[{i}]: only function tools are supported, not {tool.get('type')!r} "
                 "(the gateway has no built-in tools)",
                 f"tools.{i}.type",
             )
-        try:
-            spec = FunctionSpec.model_validate({k: v for k, v in tool.items() if k != "type"})
-        except ValidationError as exc:
-            err = validation_error(exc)
-            raise _fail(f"tools[{i}].{err.message}", f"tools.{i}.{err.param}") from exc
-        out.append({"type": "function", "function": spec.model_dump(exclude_none=True)})
+        out.append(chat_tool({k: v for k, v in tool.items() if k != "type"}, f"tools[{i}]", f"tools.{i}"))
     return out
 
 
@@ -191,19 +180,11 @@ def _tool_choice(req: ResponsesRequest, tools: list[dict[str, Any]] | None) -> A
         return choice if tools else None
     if choice == "required":
         if not tools:
-            raise _fail(
-                "tool_choice 'required' needs tools: send the tools the model may call", "tool_choice"
-            )
+            raise fail("tool_choice 'required' needs tools: send the tools the model may call", "tool_choice")
         return "required"
     if isinstance(choice, dict) and choice.get("type") == "function" and set(choice) <= {"type", "name"}:
-        names = [t["function"]["name"] for t in tools or []]
-        if choice.get("name") not in names:
-            raise _fail(
-                f"tool_choice names {choice.get('name')!r}, which is not among the tools {names}",
-                "tool_choice",
-            )
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise _fail(
+        return forced_function(choice.get("name"), tools)
+    raise fail(
         "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
         "tool_choice",
     )
@@ -213,12 +194,12 @@ def _text_of(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _fail(f"{where}: content is a string or a list of text parts", where)
+        raise fail(f"{where}: content is a string or a list of text parts", where)
     parts = []
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in ("input_text", "output_text") or not isinstance(part.get("text"), str):
-            raise _fail(
+            raise fail(
                 f"{where}[{k}]: only input_text / output_text parts are supported, not {kind!r}",
                 f"{where}.{k}",
             )
@@ -226,26 +207,16 @@ def _text_of(content: Any, where: str) -> str:
     return "".join(parts)
 
 
-def assistant_message(text: str | None, tool_calls: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """An assistant turn as the chat route hands it to the template (``ChatMessage.as_template_dict``)."""
-    out: dict[str, Any] = {"role": "assistant", "content": text or ""}
-    if tool_calls:
-        out["tool_calls"] = [
-            {"id": tc["id"], "type": "function", "function": dict(tc["function"])} for tc in tool_calls
-        ]
-    return out
-
-
 def _item(item: Any, i: int, messages: list[dict[str, Any]]) -> None:
     """Append one input item to ``messages`` (a function call joins the assistant turn before it)."""
     where = f"input.{i}"
     if not isinstance(item, dict):
-        raise _fail(f"{where}: an input item is an object", where)
+        raise fail(f"{where}: an input item is an object", where)
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
         if role not in ("user", "system", "developer", "assistant"):
-            raise _fail(
+            raise fail(
                 f"{where}.role: one of user, system, developer, assistant, not {role!r}", f"{where}.role"
             )
         text = _text_of(item.get("content"), f"{where}.content")
@@ -255,7 +226,7 @@ def _item(item: Any, i: int, messages: list[dict[str, Any]]) -> None:
     elif kind == "function_call":
         for key in ("call_id", "name", "arguments"):
             if not isinstance(item.get(key), str):
-                raise _fail(f"{where}.{key}: a function_call item needs a string {key}", f"{where}.{key}")
+                raise fail(f"{where}.{key}: a function_call item needs a string {key}", f"{where}.{key}")
         call = {
             "id": item["call_id"],
             "type": "function",
@@ -267,14 +238,14 @@ def _item(item: Any, i: int, messages: list[dict[str, Any]]) -> None:
             messages.append(assistant_message("", [call]))
     elif kind == "function_call_output":
         if not isinstance(item.get("call_id"), str):
-            raise _fail(
+            raise fail(
                 f"{where}.call_id: a function_call_output item needs the call_id it answers",
                 f"{where}.call_id",
             )
         output = _text_of(item.get("output"), f"{where}.output")
         messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
     else:
-        raise _fail(
+        raise fail(
             f"{where}.type: input items may be message, function_call or function_call_output, not {kind!r}",
             f"{where}.type",
         )
@@ -403,7 +374,7 @@ def _item_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
         ref = {"item_id": item["id"], "output_index": index, "content_index": 0}
         yield {"type": "response.content_part.added", **ref, "part": {**part, "text": "", "logprobs": []}}
-        for piece in _PIECES.findall(part["text"]):
+        for piece in PIECES.findall(part["text"]):
             yield {"type": "response.output_text.delta", **ref, "delta": piece, "logprobs": []}
         yield {"type": "response.output_text.done", **ref, "text": part["text"], "logprobs": part["logprobs"]}
         yield {"type": "response.content_part.done", **ref, "part": part}

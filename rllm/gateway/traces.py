@@ -122,7 +122,7 @@ class TraceQuery(BaseModel):
 
     session_id: str | None = None
     session_prefix: str | None = None
-    endpoint: Literal["chat.completions", "completions", "responses"] | None = None
+    endpoint: Literal["chat.completions", "completions", "responses", "messages"] | None = None
     since: float | None = None  # created_at >= since (unix seconds)
     after_seq: int = Field(0, ge=0, lt=2**63)
     limit: int = Field(100, ge=1, le=10_000)

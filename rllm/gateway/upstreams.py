@@ -60,6 +60,7 @@ class UpstreamChoice(BaseModel):
     logprobs: list[float] = Field(default_factory=list)
     completion_mask: list[int] | None = None
     token_strings: list[str] | None = None  # one per completion token, for the client's logprobs reply
+    stop_sequence: str | None = None  # the client's stop string that ended the choice, when one did
 
 
 class UpstreamResult(BaseModel):
@@ -233,6 +234,7 @@ class LocalUpstream:
         choice = UpstreamChoice(
             text=c.text,
             finish_reason=c.finish_reason,
+            stop_sequence=self._stop_sequence(c, stop),
             completion_ids=completion_ids,
             logprobs=[0.0] * len(forced_ids) + list(c.logprobs),
             token_strings=[self.engine.tokenizer.decode([t]) for t in completion_ids]
@@ -255,6 +257,18 @@ class LocalUpstream:
             if c.finish_reason == "stop":
                 choice.finish_reason = "tool_calls"
         return choice
+
+    def _stop_sequence(self, c: Any, stop: Sequence[str]) -> str | None:
+        """Which of the client's ``stop`` strings ended completion ``c``: the engine cuts its text just
+        before the string that stopped it (a forced call's close is not the client's, so never named)."""
+        if c.finish_reason != "stop" or not stop:
+            return None
+        rest = self.engine.tokenizer.decode(c.completion_ids, skip_special_tokens=True)[len(c.text) :]
+        return next((s for s in stop if s and rest.startswith(s)), None)
+
+    async def count_tokens(self, request: UpstreamRequest, *, session_id: str) -> int:
+        """How many prompt tokens ``request`` renders to: the ids a call with it would be sampled from."""
+        return len(self._prompt_ids(request))
 
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "upstream": self.name, "weight_version": self.engine.weight_version}

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import openai
 
+from rllm.engine.assembly import assemble_steps
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
+from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.local import LocalEngine
 
 API_KEY = "test-key"
@@ -34,3 +40,43 @@ class GatewayFixture:
         r = self.http("GET", f"/sessions/{session}/traces")
         assert r.status_code == 200, r.text
         return r.json()["traces"]
+
+
+class ScriptedEngine:
+    """FAKE engine: the k-th call gets the k-th scripted reply (real tokenizer, eos appended), because a
+    tiny random model never writes a tool call. Renderer, tool parser, gateway and client are real."""
+
+    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
+        self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 5
+        self.prompts: list[list[int]] = []
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        reply = self.replies[len(self.prompts) % len(self.replies)]
+        self.prompts.append(list(prompt_ids))
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return [
+            Completion(
+                prompt_ids=prompt_ids,
+                completion_ids=ids,
+                logprobs=[-0.25] * len(ids),
+                text=reply,
+                finish_reason="stop",
+                weight_version=5,
+            )
+        ]
+
+
+def scripted_server(tiny_engine: Any, replies: list[str], store: TraceStore) -> GatewayServer:
+    return GatewayServer(create_app(ScriptedEngine(tiny_engine.tokenizer, replies), store, model_name=MODEL))
+
+
+def assert_one_merged_step(traces: list) -> None:
+    (step,), metrics = assemble_steps(traces)
+    t1, t2 = traces
+    n1, n2 = len(t1.completion_token_ids), len(t2.completion_token_ids)
+    between = t2.prompt_token_ids[len(t1.prompt_token_ids) + n1 :]
+    assert metrics["assembly/merged_calls"] == 1 and metrics["assembly/drift_splits"] == 0
+    assert step.response_ids == t1.completion_token_ids + between + t2.completion_token_ids
+    assert step.response_mask == [1] * n1 + [0] * len(between) + [1] * n2
+    assert step.logprobs == [-0.25] * n1 + [0.0] * len(between) + [-0.25] * n2
+    assert step.weight_version == 5

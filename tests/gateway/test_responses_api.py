@@ -11,16 +11,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from gateway_support import MODEL
+from gateway_support import MODEL, assert_one_merged_step, scripted_server
 from gateway_support import GatewayFixture as _Server
 
-from rllm.engine.assembly import assemble_steps
-from rllm.gateway.app import create_app
 from rllm.gateway.protocol import OpenAIError
 from rllm.gateway.responses_api import ResponsesRequest, to_chat
-from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.inference.base import Completion, SamplingParams
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n</tool_call>'
 TOOLS: list[Any] = [
@@ -32,34 +28,6 @@ TOOLS: list[Any] = [
         "strict": True,
     }
 ]
-
-
-class ScriptedEngine:
-    """FAKE engine: the k-th call gets the k-th scripted reply (real tokenizer, eos appended), because a
-    tiny random model never writes a tool call. Renderer, tool parser, gateway and client are real."""
-
-    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
-        self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 5
-        self.prompts: list[list[int]] = []
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
-        reply = self.replies[len(self.prompts) % len(self.replies)]
-        self.prompts.append(list(prompt_ids))
-        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return [
-            Completion(
-                prompt_ids=prompt_ids,
-                completion_ids=ids,
-                logprobs=[-0.25] * len(ids),
-                text=reply,
-                finish_reason="stop",
-                weight_version=5,
-            )
-        ]
-
-
-def _scripted(tiny_engine: Any, replies: list[str], store: TraceStore) -> GatewayServer:
-    return GatewayServer(create_app(ScriptedEngine(tiny_engine.tokenizer, replies), store, model_name=MODEL))
 
 
 def _client(url: str, session: str) -> openai.OpenAI:
@@ -237,7 +205,7 @@ def test_tool_choice_maps_to_chat() -> None:
 def test_function_call_round_trip_merges_into_one_step(tiny_engine: Any, tmp_path: Path) -> None:
     with (
         TraceStore(tmp_path / "t.db") as store,
-        _scripted(tiny_engine, [CALL, "It is 4.", "It is 4."], store) as srv,
+        scripted_server(tiny_engine, [CALL, "It is 4.", "It is 4."], store) as srv,
     ):
         client = _client(srv.url, "tools")
         first = client.responses.create(
@@ -275,7 +243,7 @@ def test_function_call_round_trip_merges_into_one_step(tiny_engine: Any, tmp_pat
             ],
         }
         assert t2.request["messages"][3] == {"role": "tool", "tool_call_id": call.call_id, "content": "4"}
-        _assert_one_merged_step([t1, t2])
+        assert_one_merged_step([t1, t2])
 
         # The same turn continued with previous_response_id renders the same prompt.
         third = client.responses.create(
@@ -287,23 +255,14 @@ def test_function_call_round_trip_merges_into_one_step(tiny_engine: Any, tmp_pat
         )
         t3 = store.list("tools")[2]
         assert third.output_text == "It is 4." and t3.prompt_token_ids == t2.prompt_token_ids
-        _assert_one_merged_step([t1, t3])
-
-
-def _assert_one_merged_step(traces: list) -> None:
-    (step,), metrics = assemble_steps(traces)
-    t1, t2 = traces
-    n1, n2 = len(t1.completion_token_ids), len(t2.completion_token_ids)
-    between = t2.prompt_token_ids[len(t1.prompt_token_ids) + n1 :]
-    assert metrics["assembly/merged_calls"] == 1 and metrics["assembly/drift_splits"] == 0
-    assert step.response_ids == t1.completion_token_ids + between + t2.completion_token_ids
-    assert step.response_mask == [1] * n1 + [0] * len(between) + [1] * n2
-    assert step.logprobs == [-0.25] * n1 + [0.0] * len(between) + [-0.25] * n2
-    assert step.weight_version == 5
+        assert_one_merged_step([t1, t3])
 
 
 def test_streamed_function_call(tiny_engine: Any, tmp_path: Path) -> None:
-    with TraceStore(tmp_path / "t.db") as store, _scripted(tiny_engine, ["Adding. " + CALL], store) as srv:
+    with (
+        TraceStore(tmp_path / "t.db") as store,
+        scripted_server(tiny_engine, ["Adding. " + CALL], store) as srv,
+    ):
         client = _client(srv.url, "stream-tools")
         events = list(client.responses.create(model=MODEL, input="2+2?", tools=TOOLS, stream=True))
         kinds = [e.type for e in events]
@@ -322,9 +281,9 @@ def test_streamed_function_call(tiny_engine: Any, tmp_path: Path) -> None:
 
 def test_previous_response_id_survives_a_gateway_restart(tiny_engine: Any, tmp_path: Path) -> None:
     db = tmp_path / "t.db"
-    with TraceStore(db) as store, _scripted(tiny_engine, ["First answer."], store) as srv:
+    with TraceStore(db) as store, scripted_server(tiny_engine, ["First answer."], store) as srv:
         first = _client(srv.url, "restart").responses.create(model=MODEL, input="Q1")
-    with TraceStore(db) as store, _scripted(tiny_engine, ["Second answer."], store) as srv:
+    with TraceStore(db) as store, scripted_server(tiny_engine, ["Second answer."], store) as srv:
         second = _client(srv.url, "restart").responses.create(
             model=MODEL, input="Q2", previous_response_id=first.id
         )
@@ -335,7 +294,7 @@ def test_previous_response_id_survives_a_gateway_restart(tiny_engine: Any, tmp_p
             {"role": "assistant", "content": "First answer."},
             {"role": "user", "content": "Q2"},
         ]
-        _assert_one_merged_step([t1, t2])
+        assert_one_merged_step([t1, t2])
 
 
 def test_unauthenticated_responses_call_is_refused(server: _Server) -> None:

@@ -1,0 +1,127 @@
+"""The gateway's ``/v1/messages`` (Anthropic's Messages API) in front of a real vLLM server (CPU build, its
+own venv), called with the real ``anthropic`` client: a Messages call is translated to chat, sampled by
+vLLM and recorded with vLLM's own token ids and logprobs; ``count_tokens`` is vLLM's ``/tokenize`` of the
+same conversation; a stop sequence is named as vLLM reports it; a follow-up turn assembles into one
+training sequence; a named ``tool_choice`` comes back as a ``tool_use`` block.
+
+Needs ``bash scripts/setup_vllm.sh`` (or ``RLLM_VLLM_VENV``); run with ``pytest -m vllm``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import pytest
+
+from rllm.engine.assembly import assemble_steps
+from rllm.gateway.app import create_app
+from rllm.gateway.http_upstream import HTTPUpstream
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.inference.vllm_server import VLLMServer, default_vllm_python
+
+pytestmark = pytest.mark.vllm
+
+GREEDY = {"temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    from rllm.models import resolve_model
+
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def gateway(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TraceStore]]:
+    if not default_vllm_python().exists():
+        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
+    store = TraceStore(tmp_path_factory.mktemp("vllm-messages") / "traces.db")
+    with (
+        VLLMServer(model_dir, served_model_name="smollm2") as vllm,
+        GatewayServer(create_app(HTTPUpstream([vllm.base_url]), store, model_name="policy")) as srv,
+    ):
+        yield srv.url, store
+    store.close()
+
+
+def _client(url: str, session: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=f"{url}/sessions/{session}", api_key="x", max_retries=0, timeout=300)
+
+
+def test_messages_through_vllm_are_token_faithful_and_merge(gateway: tuple, model_dir: str) -> None:
+    from transformers import AutoTokenizer
+
+    url, store = gateway
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    client = _client(url, "m1")
+    question = [{"role": "user", "content": "Name a colour. One word."}]
+    first = client.messages.create(model="policy", max_tokens=12, system="Be brief.", messages=question)
+    (t1,) = store.list("m1")
+    assert t1.trainable and t1.endpoint == "messages" and t1.upstream.startswith("http")
+    assert tok.decode(t1.completion_token_ids, skip_special_tokens=True) == first.content[0].text
+    assert t1.prompt_token_ids == tok.apply_chat_template(
+        t1.request["messages"], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert first.usage.output_tokens == len(t1.completion_token_ids) == len(t1.logprobs)
+    assert first.usage.input_tokens == len(t1.prompt_token_ids)
+    counted = client.messages.count_tokens(model="policy", system="Be brief.", messages=question)
+    assert counted.input_tokens == len(t1.prompt_token_ids)
+
+    # Continued, streamed: one merged sequence when the template re-renders the reply as sampled.
+    history = [
+        *question,
+        {"role": "assistant", "content": first.content[0].text},
+        {"role": "user", "content": "Another one."},
+    ]
+    with client.messages.stream(model="policy", max_tokens=12, system="Be brief.", messages=history) as s:
+        final = s.get_final_message()
+    t1, t2 = store.list("m1")
+    assert final.content[0].text == t2.response_text and final.id == t2.request_id
+    steps, metrics = assemble_steps([t1, t2])
+    if t1.finish_reason == "stop":  # a reply cut by max_tokens has no eos to re-render after it
+        assert metrics["assembly/merged_calls"] == 1 and len(steps) == 1
+        assert sum(steps[0].response_mask) == len(t1.completion_token_ids) + len(t2.completion_token_ids)
+
+
+def test_stop_sequence_is_named_as_vllm_reports_it(gateway: tuple) -> None:
+    url, _ = gateway
+    client = _client(url, "m-stop")
+    question = [{"role": "user", "content": "Count from one to ten in words."}]
+    free = client.messages.create(model="policy", max_tokens=24, messages=question, extra_body=GREEDY)
+    text = free.content[0].text
+    stop = next((ch for ch in text[1:] if ch.isalpha() and text.find(ch) >= 1), None)
+    assert stop is not None, f"the greedy reply {text!r} has no letter to stop on"
+    cut = client.messages.create(
+        model="policy", max_tokens=24, messages=question, stop_sequences=[stop], extra_body=GREEDY
+    )
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
+    assert cut.content[0].text == text[: text.find(stop)]
+
+
+def test_named_tool_choice_through_vllm_is_a_tool_use(gateway: tuple) -> None:
+    url, store = gateway
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
+    msg = _client(url, "m-tool").messages.create(
+        model="policy",
+        max_tokens=48,
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=tools,
+        tool_choice={"type": "tool", "name": "get_weather"},
+    )
+    (trace,) = store.list("m-tool")
+    assert trace.request["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert msg.stop_reason == "tool_use", msg
+    (call,) = [b for b in msg.content if b.type == "tool_use"]
+    assert call.name == "get_weather" and isinstance(call.input, dict) and call.id.startswith("toolu_")
