@@ -3,96 +3,31 @@ trained through the gateway. Skipped where the `langgraph` extra is not installe
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
-import json
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
 pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
+from example_support import load_example, run_scripted, step_records, tiny_train_overrides
 from transformers import AutoTokenizer
 
-from rllm.engine.workflow_engine import WorkflowEngine
-from rllm.gateway.app import create_app
-from rllm.gateway.server import GatewayServer
-from rllm.gateway.traces import TraceStore
-from rllm.inference.base import Completion, SamplingParams
-from rllm.sdk import GatewayWorkflow
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langgraph_agent"
 CANONICAL_CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "23*45"}}\n</tool_call>'
 COMPACT_CALL = '<tool_call>{"name": "calculate", "arguments": {"expression": "23*45"}}</tool_call>'
-TASK = {"task_id": "mul-23-45", "question": "What is 23 * 45?", "ground_truth": "1035"}
 
 
 @pytest.fixture(scope="module")
-def example() -> Iterator[ModuleType]:
-    """examples/langgraph_agent/train.py as a module. It imports its neighbour as `agent`, a name other
-    examples use too, so a foreign `agent` module is set aside while it loads and put back afterwards."""
-    saved_agent, saved_path = sys.modules.pop("agent", None), list(sys.path)
-    spec = importlib.util.spec_from_file_location("langgraph_example_train", EXAMPLE / "train.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules.pop("agent", None)
-    if saved_agent is not None:
-        sys.modules["agent"] = saved_agent
-    sys.path[:] = saved_path
-    yield module
-
-
-class ScriptedTurnsEngine:
-    """FAKE engine: the k-th call gets the k-th scripted reply (real tokenizer, eos appended), because a
-    tiny random model never writes a tool call. The gateway, renderer, tool parser, LangChain client,
-    LangGraph loop and tool around it are all real. Records each call's prompt ids."""
-
-    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
-        self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1
-        self.prompts: list[list[int]] = []
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
-        reply = self.replies[len(self.prompts)]
-        self.prompts.append(list(prompt_ids))
-        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return [
-            Completion(
-                prompt_ids=prompt_ids,
-                completion_ids=ids,
-                logprobs=[-0.5] * len(ids),
-                text=reply,
-                finish_reason="stop",
-                weight_version=1,
-            )
-        ]
-
-
-def _run_scripted(
-    example: ModuleType, tokenizer: Any, replies: list[str], db: Path
-) -> tuple[Any, ScriptedTurnsEngine, list]:
-    """Run the example's flow and evaluator on TASK, the fake engine replying ``replies`` in turn."""
-    engine = ScriptedTurnsEngine(tokenizer, replies)
-    with TraceStore(db) as store, GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
-        workflow = GatewayWorkflow(example.calculator_agent, example.grade, gateway_url=srv.url, model="tiny")
-        runner = WorkflowEngine(
-            workflow, engine, SamplingParams(temperature=1.0, max_tokens=96, seed=3), show_progress=False
-        )
-        (episode,) = asyncio.run(runner.run_tasks([TASK]))
-        traces = store.list(episode.id)
-    return episode, engine, traces
+def example() -> ModuleType:
+    return load_example("langgraph_agent")
 
 
 def test_tool_call_and_answer_merge_into_one_masked_sequence(
     example: ModuleType, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    episode, engine, traces = _run_scripted(
+    episode, engine, traces = run_scripted(
         example, tokenizer, [CANONICAL_CALL, "The answer is 1035."], tmp_path / "t.db"
     )
     assert not episode.failed, episode.error
@@ -126,7 +61,7 @@ def test_call_the_template_rewrites_is_split_and_counted(
     """A call written without the newlines the Hermes format puts around its JSON is parsed all the same,
     but the history re-renders it canonically: not what the model sampled, so no merge across it."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    episode, engine, _ = _run_scripted(example, tokenizer, [COMPACT_CALL, "1035"], tmp_path / "t.db")
+    episode, engine, _ = run_scripted(example, tokenizer, [COMPACT_CALL, "1035"], tmp_path / "t.db")
     assert not episode.failed, episode.error
     assert episode.reward == 1.0 and episode.metrics["signal/tool_calls"] == 1
     assert "<tool_response>\n1035\n</tool_response>" in tokenizer.decode(engine.prompts[1])
@@ -139,7 +74,7 @@ def test_model_that_never_calls_the_tool_gets_an_answer_and_no_reward(
     example: ModuleType, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    episode, engine, _ = _run_scripted(example, tokenizer, ["It is 1000."], tmp_path / "t.db")
+    episode, engine, _ = run_scripted(example, tokenizer, ["It is 1000."], tmp_path / "t.db")
     assert not episode.failed, episode.error
     assert len(engine.prompts) == 1 and episode.info["output"] == "It is 1000."
     assert episode.reward == 0.0 and episode.metrics["signal/tool_calls"] == 0
@@ -150,7 +85,7 @@ def test_agent_stops_after_its_last_model_turn(
 ) -> None:
     """A model that keeps calling the tool is cut off after three model turns, without an answer."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    episode, engine, _ = _run_scripted(example, tokenizer, [CANONICAL_CALL] * 4, tmp_path / "t.db")
+    episode, engine, _ = run_scripted(example, tokenizer, [CANONICAL_CALL] * 4, tmp_path / "t.db")
     assert not episode.failed, episode.error
     assert len(engine.prompts) == 3 and episode.info["output"] == ""
     assert episode.reward == 0.0 and episode.metrics["signal/tool_calls"] == 2
@@ -161,7 +96,7 @@ def test_call_to_an_unknown_tool_is_answered_with_an_error(
 ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     wrong = CANONICAL_CALL.replace('"calculate"', '"calculator"')
-    episode, engine, _ = _run_scripted(example, tokenizer, [wrong, "1035"], tmp_path / "t.db")
+    episode, engine, _ = run_scripted(example, tokenizer, [wrong, "1035"], tmp_path / "t.db")
     assert not episode.failed, episode.error
     assert "is not a valid tool" in tokenizer.decode(engine.prompts[1])  # LangGraph's ToolNode said so
     assert episode.metrics["signal/tool_calls"] == 1 and episode.metrics["signal/tool_errors"] == 1
@@ -181,26 +116,8 @@ def test_example_trains_two_steps_on_the_tiny_model(
 ) -> None:
     """The example's main() end to end on a tiny random model: it writes garbage and never calls the tool,
     so there is no reward signal, but rollouts, scoring, eval and logging run through LangGraph."""
-    result = example.main(
-        [
-            f"model.path={tiny_model_dir}",
-            f"trainer.run_dir={tmp_path}",
-            "trainer.steps=2",
-            "trainer.plot=false",
-            "lora.enabled=false",
-            "backend.device=cpu",
-            "backend.autocast=none",
-            "inference.dtype=float32",
-            "rollout.batch_size=2",
-            "rollout.group_size=2",
-            "rollout.max_tokens=8",
-            "eval.max_tokens=8",
-            "data.train_size=8",
-            "data.test_size=2",
-        ]
-    )
-    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in records if "reward/mean" in r]
+    result = example.main(tiny_train_overrides(tiny_model_dir, tmp_path))
+    steps = step_records(result.run_dir)
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["episodes"] == 4 and r["episodes/failed"] == 0 for r in steps)
     assert all("signal/tool_calls" in r and r["assembly/calls"] >= 1 for r in steps)

@@ -4,98 +4,36 @@
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import json
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
 pytest.importorskip("smolagents")
 
+from example_support import load_example, run_scripted, step_records, tiny_train_overrides
 from transformers import AutoTokenizer
 
-from rllm.engine.workflow_engine import WorkflowEngine
-from rllm.gateway.app import create_app
-from rllm.gateway.server import GatewayServer
-from rllm.gateway.traces import TraceStore
-from rllm.inference.base import Completion, SamplingParams
-from rllm.sdk import GatewayWorkflow
 from rllm.tool_calls import HermesToolParser
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "smolagents_agent"
 FORCED = HermesToolParser().forced_call().prefix  # what the gateway writes before the model samples
 CALCULATE = 'calculate", "arguments": {"expression": "23 * 45"}}\n</tool_call>'
 ANSWER = 'final_answer", "arguments": {"answer": "1035"}}\n</tool_call>'
-TASK = {"task_id": "mul-23-45", "question": "What is 23 * 45?", "ground_truth": "1035"}
 
 
 @pytest.fixture(scope="module")
-def example() -> Iterator[ModuleType]:
-    """examples/smolagents_agent/train.py as a module; a foreign `agent` module (other examples have
-    one) is set aside while it loads and put back afterwards."""
-    saved_agent, saved_path = sys.modules.pop("agent", None), list(sys.path)
-    spec = importlib.util.spec_from_file_location("smolagents_example_train", EXAMPLE / "train.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules.pop("agent", None)
-    if saved_agent is not None:
-        sys.modules["agent"] = saved_agent
-    sys.path[:] = saved_path
-    yield module
-
-
-class ScriptedContinuations:
-    """FAKE engine: the k-th call gets the k-th scripted continuation of what the gateway forced (real
-    tokenizer, eos appended), because a tiny random model never completes a tool call. The gateway, the
-    forcing, renderer, parser, smolagents' agent loop, its OpenAIServerModel client and the tool are real.
-    Records each call's prompt ids and sampling params."""
-
-    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
-        self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1
-        self.calls: list[tuple[list[int], SamplingParams]] = []
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
-        reply = self.replies[len(self.calls)]
-        self.calls.append((list(prompt_ids), params))
-        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return [
-            Completion(
-                prompt_ids=prompt_ids,
-                completion_ids=ids,
-                logprobs=[-0.5] * len(ids),
-                text=reply,
-                finish_reason="stop",
-                weight_version=1,
-            )
-        ]
-
-
-def _run_scripted(
-    example: ModuleType, tokenizer: Any, replies: list[str], db: Path
-) -> tuple[Any, ScriptedContinuations, list]:
-    """Run the example's flow and evaluator on TASK through a gateway over the fake engine."""
-    engine = ScriptedContinuations(tokenizer, replies)
-    with TraceStore(db) as store, GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
-        workflow = GatewayWorkflow(example.calculator_agent, example.grade, gateway_url=srv.url, model="tiny")
-        runner = WorkflowEngine(
-            workflow, engine, SamplingParams(temperature=1.0, max_tokens=48, seed=3), show_progress=False
-        )
-        (episode,) = asyncio.run(runner.run_tasks([TASK]))
-        traces = store.list(episode.id)
-    return episode, engine, traces
+def example() -> ModuleType:
+    return load_example("smolagents_agent")
 
 
 def test_tool_calling_agent_runs_unchanged_with_forced_calls(
     example: ModuleType, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    episode, engine, traces = _run_scripted(example, tokenizer, [CALCULATE, ANSWER], tmp_path / "t.db")
+    episode, engine, traces = run_scripted(
+        example, tokenizer, [CALCULATE, ANSWER], tmp_path / "t.db", max_tokens=48
+    )
     assert not episode.failed, episode.error
     assert episode.info["output"] == "1035" and episode.reward == 1.0 and episode.is_correct
     assert episode.metrics["signal/calculator_calls"] == 1
@@ -134,7 +72,7 @@ def test_garbled_call_is_reported_to_the_agent_and_scored(
     parse a call, and after max_steps asks for a final answer without tools (not forced)."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     replies = ["calc(23*45) oops", 'nope", "arguments": {}}\n</tool_call>', "It is 1000."]
-    episode, _engine, traces = _run_scripted(example, tokenizer, replies, tmp_path / "t.db")
+    episode, _engine, traces = run_scripted(example, tokenizer, replies, tmp_path / "t.db", max_tokens=48)
     assert not episode.failed, episode.error
     assert episode.reward == 0.0 and episode.metrics["signal/calculator_calls"] == 0
     assert traces[0].response_message["tool_calls"] is None
@@ -156,26 +94,8 @@ def test_example_trains_two_steps_on_the_tiny_model(
 ) -> None:
     """The example's main() end to end on a tiny random model: it never writes a usable call, so there is
     no reward signal, but rollouts through smolagents, forcing, scoring, eval and logging all run."""
-    result = example.main(
-        [
-            f"model.path={tiny_model_dir}",
-            f"trainer.run_dir={tmp_path}",
-            "trainer.steps=2",
-            "trainer.plot=false",
-            "lora.enabled=false",
-            "backend.device=cpu",
-            "backend.autocast=none",
-            "inference.dtype=float32",
-            "rollout.batch_size=2",
-            "rollout.group_size=2",
-            "rollout.max_tokens=24",
-            "eval.max_tokens=24",
-            "data.train_size=8",
-            "data.test_size=2",
-        ]
-    )
-    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in records if "reward/mean" in r]
+    result = example.main(tiny_train_overrides(tiny_model_dir, tmp_path, max_tokens=24))
+    steps = step_records(result.run_dir)
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["episodes"] == 4 and r["episodes/failed"] == 0 for r in steps)
     assert all(r["assembly/calls"] >= 1 for r in steps)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import rllm
+from rllm.data.builtin import PRODUCT_QUESTIONS, product_tasks
 from rllm.rewards.basic import single_number_match
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -42,31 +41,12 @@ DEFAULTS = [
     "data.train_size=2000",
     "data.test_size=16",
 ]
-QUESTIONS = ["What is {a} * {b}?", "Compute {a} times {b}.", "Multiply {a} by {b}."]
+# The first three of the cookbooks' four wordings of a product.
+QUESTIONS = PRODUCT_QUESTIONS[:3]
 
 # smolagents agents are synchronous: each episode runs its agent in a thread of its own (the default
 # executor has only a few threads, which would hold back the episodes whose calls batch together).
 _AGENT_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="smolagents")
-
-
-def make_tasks(n_train: int, n_test: int, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Products `a * b` of 2-3 digit numbers: a train split and a disjoint held-out split."""
-    rng = random.Random(seed)
-    pairs: list[tuple[int, int]] = []
-    seen: set[tuple[int, int]] = set()
-    while len(pairs) < n_train + n_test:
-        pair = (rng.randint(10, 999), rng.randint(10, 999))
-        if pair not in seen and (pair[1], pair[0]) not in seen:
-            seen.add(pair)
-            pairs.append(pair)
-
-    def task(split: str, i: int, a: int, b: int) -> dict[str, Any]:
-        question = rng.choice(QUESTIONS).format(a=a, b=b)
-        return {"task_id": f"mul-{split}-{i}", "question": question, "ground_truth": str(a * b)}
-
-    test = [task("test", i, a, b) for i, (a, b) in enumerate(pairs[:n_test])]
-    train = [task("train", i, a, b) for i, (a, b) in enumerate(pairs[n_test:])]
-    return train, test
 
 
 @rllm.rollout
@@ -98,7 +78,9 @@ def main(overrides: list[str]) -> rllm.TrainResult:
     for name in ("httpx", "httpx2", "transformers", "openai", "smolagents"):
         logging.getLogger(name).setLevel(logging.WARNING)
     config = rllm.load_config(rllm.TrainConfig, None, [*DEFAULTS, *overrides])
-    train, test = make_tasks(config.data.train_size, config.data.test_size, seed=config.trainer.seed)
+    train, test = product_tasks(
+        config.data.train_size, config.data.test_size, seed=config.trainer.seed, questions=QUESTIONS
+    )
     result = rllm.AgentTrainer(
         config, workflow=calculator_agent, evaluator=grade, train_tasks=train, test_tasks=test
     ).train()

@@ -15,7 +15,7 @@ import functools
 import hashlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def _add(a: int, b: int) -> Problem:
     return Problem(f"What is {a} + {b}? {SUFFIX}", str(a + b), _pair_key(a, b))
 
 
-_PRODUCT_QUESTIONS = (
+PRODUCT_QUESTIONS = (
     "What is {a} * {b}?",
     "Compute {a} times {b}.",
     "Multiply {a} by {b}.",
@@ -60,7 +60,54 @@ def _multiply(rng: random.Random) -> Problem:
     # A tool task (workflow.name=tool_agent): products of 2-3 digit numbers, asked in several ways, with no
     # "answer with just the number" (which talks a small model out of calling the calculator).
     a, b = rng.randint(10, 999), rng.randint(10, 999)
-    return Problem(rng.choice(_PRODUCT_QUESTIONS).format(a=a, b=b), str(a * b), _pair_key(a, b))
+    return Problem(rng.choice(PRODUCT_QUESTIONS).format(a=a, b=b), str(a * b), _pair_key(a, b))
+
+
+_PRODUCT_OPERANDS = range(10, 1000)
+_PRODUCT_PAIRS = len(_PRODUCT_OPERANDS) * (len(_PRODUCT_OPERANDS) + 1) // 2  # unordered, a == b included
+
+
+def product_tasks(
+    n_train: int, n_test: int, seed: int = 0, questions: Sequence[str] = PRODUCT_QUESTIONS
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The framework cookbooks' calculator task: products ``a * b`` of 2-3 digit numbers, each asked in one
+    of ``questions`` (``{a}`` and ``{b}`` filled in), as ``(train, test)`` splits of the given sizes.
+
+    Beyond a 135M model's mental arithmetic and easy with a calculator tool, so reward goes up only if the
+    model learns to call the tool and copy its result. The two splits share no pair of operands, in either
+    order: the first ``n_test`` distinct pairs ``seed`` draws are the test split, the next ``n_train`` the
+    train split. Unlike :func:`make_tasks`, that split holds for one call's sizes and seed only, not across
+    them, and the wordings are drawn after all the pairs, so the test split's operands depend on ``seed``
+    alone but its wording also on ``n_train``. Kept as it is so the cookbooks' measured runs
+    (examples/*/README.md) replay the same tasks.
+    """
+    if n_train < 0 or n_test < 0:
+        raise ValueError(f"split sizes must be >= 0, got n_train={n_train}, n_test={n_test}")
+    if n_train + n_test > _PRODUCT_PAIRS:
+        raise ValueError(
+            f"there are only {_PRODUCT_PAIRS} distinct pairs of 2-3 digit operands: ask for fewer than "
+            f"n_train + n_test = {n_train + n_test} tasks"
+        )
+    if not questions or any("{a}" not in q or "{b}" not in q for q in questions):
+        raise ValueError(
+            f"questions must be a non-empty list of templates naming {{a}} and {{b}}: {questions!r}"
+        )
+    rng = random.Random(seed)
+    pairs: list[tuple[int, int]] = []
+    seen: set[str] = set()
+    while len(pairs) < n_train + n_test:
+        a, b = rng.randint(10, 999), rng.randint(10, 999)
+        if _pair_key(a, b) not in seen:
+            seen.add(_pair_key(a, b))
+            pairs.append((a, b))
+
+    def task(split: str, i: int, a: int, b: int) -> dict[str, Any]:
+        question = rng.choice(questions).format(a=a, b=b)
+        return {"task_id": f"mul-{split}-{i}", "question": question, "ground_truth": str(a * b)}
+
+    test = [task("test", i, a, b) for i, (a, b) in enumerate(pairs[:n_test])]
+    train = [task("train", i, a, b) for i, (a, b) in enumerate(pairs[n_test:])]
+    return train, test
 
 
 _WORDS = (
