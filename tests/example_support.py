@@ -52,12 +52,16 @@ class ScriptedTurnsEngine:
     def __init__(self, tokenizer: Any, replies: list[str]) -> None:
         self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1
         self.calls: list[tuple[list[int], SamplingParams]] = []
+        self.constraints: list[Any] = []  # the gateway's token constraint per call (recorded, not applied)
 
     @property
     def prompts(self) -> list[list[int]]:
         return [prompt for prompt, _ in self.calls]
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, constraint: Any = None
+    ) -> list[Completion]:
+        self.constraints.append(constraint)
         if len(self.calls) >= len(self.replies):
             raise AssertionError(
                 f"the agent made call {len(self.calls) + 1}; the test scripted only {len(self.replies)}"

@@ -20,6 +20,11 @@ from rllm.tool_calls import HermesToolParser
 FORCED = HermesToolParser().forced_call().prefix  # what the gateway writes before the model samples
 CALCULATE = 'calculate", "arguments": {"expression": "23 * 45"}}\n</tool_call>'
 ANSWER = 'final_answer", "arguments": {"answer": "1035"}}\n</tool_call>'
+# What the model may write after FORCED: one of these (the tool's name and its arguments' opening).
+OPENINGS = {
+    "calculate": 'calculate", "arguments": {"expression": "',
+    "final_answer": 'final_answer", "arguments": {"answer": "',
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +59,19 @@ def test_tool_calling_agent_runs_unchanged_with_forced_calls(
     forced = tokenizer(FORCED, add_special_tokens=False)["input_ids"]
     assert all(prompt[-len(forced) :] == forced and "</tool_call>" in p.stop for prompt, p in engine.calls)
 
+    # The name was constrained to the agent's tools, and each call's arguments open with its key.
+    assert all(c.choices == list(OPENINGS.values()) for c in engine.constraints)
+
     # smolagents re-renders its history as text, so each call is its own step; in each, the forced
-    # opening is masked out and logged at logprob 0, the sampled rest is trained on.
+    # opening is masked out and logged at logprob 0, and so is the rest of the name and the arguments'
+    # opening once the first name token chose the tool; that choice and the sampled rest are trained on.
     steps = episode.trajectories[0].steps
     assert len(steps) == 2
-    for step, trace in zip(steps, traces):
+    for step, trace, name in zip(steps, traces, OPENINGS):
+        k, m = len(forced), len(tokenizer(OPENINGS[name], add_special_tokens=False)["input_ids"])
         assert step.response_ids == trace.completion_token_ids
-        assert step.response_mask == [0] * len(forced) + [1] * (len(step.response_ids) - len(forced))
-        assert step.logprobs[: len(forced)] == [0.0] * len(forced)
+        assert step.response_mask == [0] * k + [1] + [0] * (m - 1) + [1] * (len(step.response_ids) - k - m)
+        assert step.logprobs[: k + m] == [0.0] * k + [-0.5] + [0.0] * (m - 1)
     assert episode.trajectories[0].reward == 1.0
 
 

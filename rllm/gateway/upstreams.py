@@ -6,8 +6,10 @@ the embedded gateway of a training run). It renders chat messages with the model
 (:class:`~rllm.inference.chat_template.ChatRenderer`, which also describes ``tools`` to models whose
 template ignores them) and parses tool calls out of the sampled text. A ``tool_choice`` that forces a call
 (``"required"`` or a named function) is honoured by constrained decoding: the tool format's opening (and
-the function's name) is written into the completion, then the model samples the rest; those forced tokens
-are marked 0 in ``completion_mask`` so training never treats them as sampled. HTTP upstreams (vLLM, SGLang, any
+the function's name) is written into the completion; under ``"required"`` the model then writes one of the
+tools' names (its tokens restricted to them), and each call's arguments open as its schema's first
+required key; then the model samples the rest. Forced tokens (written, or the only one allowed) are marked 0
+in ``completion_mask`` so training never treats them as sampled. HTTP upstreams (vLLM, SGLang, any
 OpenAI-compatible server) live in :mod:`rllm.gateway.http_upstream`.
 """
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.inference.base import SamplingParams
 from rllm.inference.chat_template import ChatRenderer
+from rllm.inference.constraints import OneOfTexts, allowed_counts
 from rllm.tool_calls import ForcedCall, get_tool_parser
 
 
@@ -124,13 +127,24 @@ class LocalUpstream:
         request = self._fit_context(request, len(prompt_ids))
         forced_ids: list[int] = []
         params = request.params
+        constraint = None
         if forced is not None:
             forced_ids, params = self._forced_ids(forced, params)
-        completions = await self.engine.generate(prompt_ids + forced_ids, params)
+            if forced.choices:
+                constraint = OneOfTexts(self.engine.tokenizer, forced.choices)
+        if constraint is None:
+            completions = await self.engine.generate(prompt_ids + forced_ids, params)
+        else:
+            completions = await self.engine.generate(prompt_ids + forced_ids, params, constraint=constraint)
         parse = (
             request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
         )
-        force = {"forced": forced, "forced_ids": forced_ids, "stop": request.params.stop}
+        force = {
+            "forced": forced,
+            "forced_ids": forced_ids,
+            "stop": request.params.stop,
+            "constraint": constraint,
+        }
         choices = [
             self._choice(c, with_tokens=request.logprobs, parse_tools=parse, **force) for c in completions
         ]
@@ -149,7 +163,7 @@ class LocalUpstream:
             raise UpstreamError(400, f"tool_choice {choice!r} needs tools: send the tools the model may call")
         try:
             if choice == "required":
-                return self.tool_parser.forced_call()
+                return self.tool_parser.forced_call(tools=request.tools)
             name = _named_function(choice)
             names = [(t.get("function") or {}).get("name") for t in request.tools]
             if name not in names:
@@ -158,7 +172,7 @@ class LocalUpstream:
                     f"tool_choice names the function {name!r}, which is not in tools "
                     f"({', '.join(map(repr, names))}): name one of them, or add it to tools",
                 )
-            return self.tool_parser.forced_call(name)
+            return self.tool_parser.forced_call(name, tools=request.tools)
         except ValueError as exc:  # the tool format cannot force a call
             raise UpstreamError(400, str(exc)) from exc
 
@@ -226,23 +240,29 @@ class LocalUpstream:
         forced: ForcedCall | None = None,
         forced_ids: Sequence[int] = (),
         stop: Sequence[str] = (),
+        constraint: OneOfTexts | None = None,
     ) -> UpstreamChoice:
         """One completion as a choice; with ``parse_tools``, a well-formed tool call becomes ``tool_calls``.
         After a forced opening (``forced``), the choice is the forced tokens (logprob 0.0, mask 0) then the
-        sampled ones, and its text runs from the opening to the call's close (or a client stop string)."""
+        sampled ones, and its text runs from the opening to the call's close (or a client stop string).
+        Under a ``constraint``, a position where it allowed one token only is forced too (logprob 0.0,
+        mask 0); one where it allowed several is sampled (mask 1, the unrestricted logprob)."""
         completion_ids = [*forced_ids, *c.completion_ids]
+        sampled_mask = [1] * len(c.completion_ids)
+        if constraint is not None:
+            sampled_mask = [int(n != 1) for n in allowed_counts(constraint, c.completion_ids)]
         choice = UpstreamChoice(
             text=c.text,
             finish_reason=c.finish_reason,
             stop_sequence=self._stop_sequence(c, stop),
             completion_ids=completion_ids,
-            logprobs=[0.0] * len(forced_ids) + list(c.logprobs),
+            logprobs=[0.0] * len(forced_ids) + [lp if m else 0.0 for lp, m in zip(c.logprobs, sampled_mask)],
             token_strings=[self.engine.tokenizer.decode([t]) for t in completion_ids]
             if with_tokens
             else None,
         )
         if forced is not None:
-            choice.completion_mask = [0] * len(forced_ids) + [1] * len(c.completion_ids)
+            choice.completion_mask = [0] * len(forced_ids) + sampled_mask
             sampled = self.engine.tokenizer.decode(c.completion_ids, skip_special_tokens=True)
             choice.text = forced.prefix + _cut_forced(sampled, forced.close, stop)
         if not parse_tools:

@@ -27,6 +27,7 @@ from transformers.cache_utils import DynamicCache
 
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.chat_template import ChatRenderer
+from rllm.inference.constraints import TokenConstraint
 from rllm.inference.sampling import sample_tokens
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class _Row:
     finish_reason: str | None = None
     text: str | None = None  # set early only when a stop string cut it
     weight_version: int = 0  # the version that sampled this row (a sync may land before the caller wakes)
+    constraint: TokenConstraint | None = None  # set to None once it frees the row
 
 
 class LocalEngine:
@@ -138,7 +140,11 @@ class LocalEngine:
             self._renderer = ChatRenderer(self.tokenizer)
         return self._renderer.render_ids(messages, tools=tools)
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, constraint: TokenConstraint | None = None
+    ) -> list[Completion]:
+        """Sample ``params.n`` continuations; ``constraint`` (constrained decoding) restricts which tokens
+        each may sample next until it frees the row (see :mod:`rllm.inference.constraints`)."""
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         loop = asyncio.get_running_loop()
@@ -149,7 +155,8 @@ class LocalEngine:
                 gen.manual_seed((params.seed + j) % 2**63)
             else:
                 gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._seed_rng)))
-            rows.append(_Row(list(prompt_ids), params, gen, loop.create_future(), loop))
+            row = _Row(list(prompt_ids), params, gen, loop.create_future(), loop, constraint=constraint)
+            rows.append(row)
         with self._cond:
             self._pending.extend(rows)
         self._ensure_worker()
@@ -265,7 +272,12 @@ class LocalEngine:
         eos = set(self.eos_ids)
         while active:
             tokens, logprobs = sample_tokens(
-                logits, temperature, top_k, top_p, [rows[i].generator for i in active]
+                logits,
+                temperature,
+                top_k,
+                top_p,
+                [rows[i].generator for i in active],
+                self._allowed([rows[i] for i in active], logits.shape[-1]),
             )
             tok_list, lp_list = tokens.tolist(), logprobs.tolist()
             keep: list[int] = []
@@ -301,6 +313,23 @@ class LocalEngine:
         for r in rows:
             if r.text is None:
                 r.text = self.tokenizer.decode(r.out_ids, skip_special_tokens=True)
+
+    def _allowed(self, rows: list[_Row], vocab: int) -> torch.Tensor | None:
+        """The ``[B, V]`` mask of the tokens each row's constraint allows next (``None`` when no row has one);
+        a constraint that frees its row is dropped from it."""
+        mask: torch.Tensor | None = None
+        for pos, r in enumerate(rows):
+            if r.constraint is None:
+                continue
+            allowed = r.constraint.allowed(r.out_ids)
+            if allowed is None:
+                r.constraint = None
+                continue
+            if mask is None:
+                mask = torch.ones((len(rows), vocab), dtype=torch.bool, device=self.device)
+            mask[pos] = False
+            mask[pos, torch.tensor(allowed, dtype=torch.long, device=self.device)] = True
+        return mask
 
     def _hit_stop(self, r: _Row) -> bool:
         """True when the decoded completion contains a stop string; the text is cut before it (OpenAI

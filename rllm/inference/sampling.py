@@ -36,8 +36,13 @@ def sample_tokens(
     top_k_B: torch.Tensor,
     top_p_B: torch.Tensor,
     generators: list[torch.Generator],
+    allowed_BV: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row; return ``(token_ids_B, logprobs_B)``.
+
+    ``allowed_BV`` (bool, optional) restricts each row to its ``True`` tokens (constrained decoding; a row
+    of all ``True`` is free): the pick, greedy or sampled, is among them, and the logprob reported is
+    still the one under the unrestricted distribution, as for top-k / top-p.
 
     Rows with ``temperature == 0`` are greedy and report ``log_softmax(logits)`` of the argmax.
     Other rows sample from ``softmax(filter(logits / T))`` and report the logprob of the sampled token
@@ -53,6 +58,8 @@ def sample_tokens(
         filtered = filter_top_k_top_p(scaled, top_k_B, top_p_B)
     else:
         filtered = scaled
+    if allowed_BV is not None:
+        filtered = filtered.masked_fill(~allowed_BV, float("-inf"))
     probs_BV = torch.softmax(filtered, dim=-1)
     # Inverse-CDF sampling, vectorised over rows: each row draws one uniform number from its own
     # generator (so a seeded row is reproducible whatever shares its batch). float64 keeps the CDF
@@ -63,6 +70,11 @@ def sample_tokens(
     sampled_B = (
         torch.searchsorted(cdf_BV, target_B1, right=True).squeeze(1).clamp(max=logits_BV.shape[-1] - 1)
     )
-    tokens = torch.where(greedy_B, logits_BV.argmax(dim=-1), sampled_B)
+    greedy_pick = (
+        logits_BV.argmax(dim=-1)
+        if allowed_BV is None
+        else logits_BV.masked_fill(~allowed_BV, float("-inf")).argmax(dim=-1)
+    )
+    tokens = torch.where(greedy_B, greedy_pick, sampled_B)
     chosen = logprobs_BV.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens, chosen

@@ -4,6 +4,7 @@ forced tokens as not sampled (response_mask 0)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+import torch
 from gateway_support import MODEL
 from gateway_support import GatewayFixture as _Server
 
@@ -20,6 +22,8 @@ from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.constraints import OneOfTexts, allowed_counts
+from rllm.inference.sampling import sample_tokens
 from rllm.tool_calls import HermesToolParser, NoToolParser, format_tool_call_text
 from rllm.types import Trace
 
@@ -38,8 +42,20 @@ TOOLS = [
     },
     {"type": "function", "function": {"name": "final_answer", "parameters": {"type": "object"}}},
 ]
+NUMBER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add_one",
+        "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+    },
+}
 REQUIRED = HermesToolParser().forced_call().prefix
 NAMED = HermesToolParser().forced_call("calculate").prefix
+# What the model writes after REQUIRED under "required" with TOOLS: one of these, constrained.
+CHOICES = {
+    "calculate": 'calculate", "arguments": {"expression": "',
+    "final_answer": 'final_answer", "arguments":',
+}
 QUESTION = [{"role": "user", "content": "What is 23 * 45?"}]
 
 
@@ -55,8 +71,14 @@ class ContinuationEngine:
     def __init__(self, tokenizer: Any, replies: list[str]) -> None:
         self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1
         self.calls: list[tuple[list[int], SamplingParams]] = []
+        self.constraints: list[Any] = []
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, constraint: Any = None
+    ) -> list[Completion]:
+        # The scripted reply is returned as is: a constraint is recorded, not applied (tests check the
+        # real engine applies it).
+        self.constraints.append(constraint)
         reply = self.replies[len(self.calls)]
         self.calls.append((list(prompt_ids), params))
         ids = _ids(self.tokenizer, reply) + [self.tokenizer.eos_token_id]
@@ -91,45 +113,121 @@ def scripted(tiny_engine: Any, tmp_path: Path) -> Iterator[Any]:
         store.close()
 
 
-def test_required_forces_the_opening_on_the_real_engine(server: _Server) -> None:
-    """The tiny random model writes garbage after the opening: it comes back as content, as sampled."""
+def test_required_constrains_the_name_on_the_real_engine(server: _Server) -> None:
+    """Even a tiny random model can only write a listed tool's name under "required": after the forced
+    opening it picks a name (the first name token is sampled, mask 1), the rest of that name and the
+    arguments' opening are forced (mask 0, logprob 0.0), then it samples freely again."""
     resp = server.client("req").chat.completions.create(
         model=MODEL,
         messages=QUESTION,
         tools=TOOLS,
         tool_choice="required",
-        max_tokens=12,
+        max_tokens=30,
         logprobs=True,
+        temperature=1.5,
+        n=8,
         seed=1,
     )
-    (trace,) = server.traces("req")
-    forced = _ids(server.engine.tokenizer, REQUIRED)
+    tokenizer = server.engine.tokenizer
+    forced = _ids(tokenizer, REQUIRED)
     k = len(forced)
-    assert trace["completion_token_ids"][:k] == forced
-    assert trace["completion_mask"] == [0] * k + [1] * (len(trace["completion_token_ids"]) - k)
-    assert trace["logprobs"][:k] == [0.0] * k and all(lp < 0 for lp in trace["logprobs"][k:])
-    assert len(trace["completion_token_ids"]) <= 12  # the forced tokens count towards max_tokens
-    (choice,) = resp.choices
-    assert choice.message.tool_calls is None and choice.message.content.startswith(REQUIRED)
-    assert choice.finish_reason == trace["finish_reason"] in ("stop", "length")
-    assert [c.logprob for c in choice.logprobs.content][:k] == [0.0] * k
+    traces = server.traces("req")
+    assert len(traces) == 8
+    names = set()
+    for trace, choice in zip(traces, resp.choices):
+        ids = trace["completion_token_ids"]
+        assert ids[:k] == forced
+        text = tokenizer.decode(ids[k:])
+        (name,) = [n for n, opening in CHOICES.items() if text.startswith(opening)]
+        names.add(name)
+        m = len(_ids(tokenizer, CHOICES[name]))  # the name's tokens and the arguments' opening
+        assert ids[k : k + m] == _ids(tokenizer, CHOICES[name])
+        assert trace["completion_mask"] == [0] * k + [1] + [0] * (m - 1) + [1] * (len(ids) - k - m)
+        lps = trace["logprobs"]
+        assert lps[:k] == [0.0] * k and lps[k] < 0 and lps[k + 1 : k + m] == [0.0] * (m - 1)
+        assert [c.logprob for c in choice.logprobs.content][: k + m] == lps[: k + m]
+        assert len(ids) <= 30  # the forced tokens count towards max_tokens
+    assert names <= {"calculate", "final_answer"}
     assert trace["request"]["sampling_params"]["stop"] == []  # the client's params, not the forced stop
     assert trace["request"]["tool_choice"] == "required"
 
 
+def test_constraint_keeps_every_row_to_one_of_the_texts(tiny_engine: Any) -> None:
+    """Names that share prefixes ("get", "get_time", "get_weather"): at a high temperature and greedily,
+    every row writes exactly one of the texts, tokenized as the tokenizer writes the whole text."""
+    tokenizer = tiny_engine.tokenizer
+    texts = ['get", "arguments":', 'get_time", "arguments":', 'get_weather", "arguments":']
+    constraint = OneOfTexts(tokenizer, texts)
+    prompt = _ids(tokenizer, "Which tool? " + REQUIRED)
+    seen = set()
+    for params in (
+        SamplingParams(temperature=3.0, max_tokens=14, n=24, seed=5),
+        SamplingParams(temperature=0.0, max_tokens=14),
+    ):
+        for c in asyncio.run(tiny_engine.generate(prompt, params, constraint=constraint)):
+            text = tokenizer.decode(c.completion_ids)
+            (chosen,) = [t for t in texts if text.startswith(t) and not text[len(t) :].startswith(("_", "e"))]
+            seen.add(chosen)
+            assert c.completion_ids[: len(_ids(tokenizer, chosen))] == _ids(tokenizer, chosen)
+            counts = allowed_counts(constraint, c.completion_ids)
+            assert counts[0] == 1  # "get" is every text's first token
+            assert all(n == 0 for n in counts[len(_ids(tokenizer, chosen)) :])
+    assert len(seen) >= 2  # the model did choose, between texts
+
+
+def test_sampling_under_a_mask_reports_the_unrestricted_logprob() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50)
+    allowed = torch.zeros(3, 50, dtype=torch.bool)
+    allowed[0, [3, 7]] = True
+    allowed[1, 11] = True
+    allowed[2] = True  # a free row
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    temperature = torch.tensor([1.0, 0.0, 0.5])
+    tokens, lps = sample_tokens(
+        logits, temperature, torch.zeros(3, dtype=torch.long), torch.ones(3), gens, allowed
+    )
+    assert int(tokens[0]) in (3, 7) and int(tokens[1]) == 11
+    expected = [
+        torch.log_softmax(logits[0], -1)[tokens[0]],
+        torch.log_softmax(logits[1], -1)[11],  # greedy: the raw logits' log-softmax, as unconstrained
+        torch.log_softmax(logits[2] / 0.5, -1)[tokens[2]],
+    ]
+    assert torch.allclose(lps, torch.stack(expected))
+
+
+def test_arguments_open_with_the_first_required_key() -> None:
+    """A string's value opens with its quote (so it cannot come out unquoted); other types, and schemas
+    that require nothing, leave the value (or the whole object) to the model."""
+    parser = HermesToolParser()
+    forced = parser.forced_call(tools=TOOLS + [NUMBER_TOOL])
+    assert forced.prefix == REQUIRED
+    assert forced.choices == (
+        'calculate", "arguments": {"expression": "',
+        'final_answer", "arguments":',
+        'add_one", "arguments": {"x":',
+    )
+    named = parser.forced_call("calculate", tools=TOOLS)
+    assert (
+        named.prefix == '<tool_call>\n{"name": "calculate", "arguments": {"expression": "'
+        and not named.choices
+    )
+    assert parser.forced_call("calculate").prefix == NAMED  # without tools: up to the arguments
+
+
 def test_named_function_forces_its_name(server: _Server) -> None:
+    """The name and the arguments' opening (its first required key, a string: with its quote) are forced."""
     choice = {"type": "function", "function": {"name": "calculate"}}
     server.client("named").chat.completions.create(
         model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice=choice, max_tokens=20, seed=2
     )
     (trace,) = server.traces("named")
-    forced = _ids(server.engine.tokenizer, NAMED)
+    prefix = HermesToolParser().forced_call("calculate", tools=TOOLS).prefix
+    forced = _ids(server.engine.tokenizer, prefix)
     assert trace["completion_token_ids"][: len(forced)] == forced
-    assert trace["completion_mask"].count(0) == len(forced) and trace["completion_mask"][: len(forced)] == [
-        0
-    ] * len(forced)
+    assert trace["completion_mask"] == [0] * len(forced) + [1] * (20 - len(forced))
     assert server.engine.tokenizer.decode(trace["completion_token_ids"]).startswith(
-        '<tool_call>\n{"name": "calculate", "arguments":'
+        '<tool_call>\n{"name": "calculate", "arguments": {"expression": "'
     )
 
 
@@ -193,12 +291,17 @@ def test_forced_call_is_parsed_and_stops_at_its_close(scripted: Any) -> None:
     assert trace.completion_token_ids == forced + _ids(engine.tokenizer, rest) + [
         engine.tokenizer.eos_token_id
     ]
-    assert trace.sampled_mask == [0] * len(forced) + [1] * (len(trace.completion_token_ids) - len(forced))
+    # The name's first token was a choice (sampled); the rest of the name and the arguments' opening were
+    # the only tokens allowed (forced); the expression and the close were sampled.
+    m = len(_ids(engine.tokenizer, CHOICES["calculate"]))
+    n = len(trace.completion_token_ids) - len(forced) - m
+    assert trace.sampled_mask == [0] * len(forced) + [1] + [0] * (m - 1) + [1] * n
+    assert engine.constraints[0].choices == list(CHOICES.values())
     assert trace.response_message["tool_calls"][0]["function"]["name"] == "calculate"
 
 
 def test_named_call_samples_only_the_arguments(scripted: Any) -> None:
-    client, engine, _ = scripted([' {"expression": "2+2"}}\n</tool_call>'])
+    client, engine, _ = scripted(['2+2"}}\n</tool_call>'])
     resp = client.chat.completions.create(
         model=MODEL,
         messages=QUESTION,
@@ -208,7 +311,7 @@ def test_named_call_samples_only_the_arguments(scripted: Any) -> None:
     )
     (call,) = resp.choices[0].message.tool_calls
     assert call.function.name == "calculate" and call.function.arguments == '{"expression": "2+2"}'
-    assert engine.calls[0][1].stop == ["\n\n", "</tool_call>"]
+    assert engine.calls[0][1].stop == ["\n\n", "</tool_call>"] and engine.constraints == [None]
 
 
 def test_garbled_forced_call_comes_back_as_text(scripted: Any) -> None:
@@ -244,8 +347,10 @@ def test_forced_call_merges_into_a_multi_turn_step_with_its_mask(scripted: Any) 
         len(t2.completion_token_ids),
     )
     between = len(t2.prompt_token_ids) - len(t1.prompt_token_ids) - n1
-    assert step.response_mask == [0] * k + [1] * (n1 - k) + [0] * between + [1] * n2
-    assert step.logprobs[:k] == [0.0] * k and step.logprobs[k:n1] == [-0.5] * (n1 - k)
+    m = len(_ids(engine.tokenizer, CHOICES["calculate"]))
+    sampled = [1] + [0] * (m - 1) + [1] * (n1 - k - m)
+    assert step.response_mask == [0] * k + sampled + [0] * between + [1] * n2
+    assert step.logprobs[:n1] == [0.0] * k + [-0.5 if s else 0.0 for s in sampled]
     assert "1035" in engine.tokenizer.decode(step.response_ids[n1 : n1 + between])
 
 
