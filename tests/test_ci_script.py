@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README_TEST_COMMAND = "bash scripts/setup.sh && .venv/bin/python -m pytest -q"
-SETUP_SCRIPTS = ("setup.sh", "setup_ui_tests.sh", "setup_vllm.sh", "setup_bench.sh")
+SETUP_SCRIPTS = ("setup.sh", "setup_strands.sh", "setup_ui_tests.sh", "setup_vllm.sh", "setup_bench.sh")
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # FAKE python (and ruff, lint-imports, deptry) for tests/test_ci_script.py: records its arguments, runs nothing.
@@ -45,6 +45,8 @@ def fake_repo(tmp_path: Path, failing: dict[str, int]) -> Path:
     fake.chmod(0o755)
     for tool in ("python", "ruff", "lint-imports", "deptry"):
         (repo / ".venv" / "bin" / tool).symlink_to(fake)
+    (repo / ".venv-strands" / "bin").mkdir(parents=True)
+    (repo / ".venv-strands" / "bin" / "python").symlink_to(fake)
     return repo
 
 
@@ -83,6 +85,9 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "ruff check rllm tests benchmarks scripts examples docker" in calls
     assert "setup.sh langgraph mcp smolagents openai-agents deploy-tests" in calls
     assert any(c.startswith("python -m pytest") and "tests/test_deploy.py" in c for c in calls)
+    assert "setup_strands.sh " in calls
+    assert "python -c import strands, strands.models.openai" in calls
+    assert "python -m pytest -q tests/test_strands_example.py" in calls
     assert any("-m pytest -q -m slow or vllm" in c for c in calls)
     assert "python -m pytest -q -m distributed" in calls
     assert "setup.sh distributed" in calls
@@ -102,9 +107,10 @@ def test_failing_first_setup_fails_ci_and_runs_no_tests(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("script", "tier", "tests_before"),
     [
-        ("setup_ui_tests.sh", "ui browser", 2),
-        ("setup_bench.sh", "benchmarks --quick", 4),
-        ("setup_vllm.sh", "slow and vllm", 4),
+        ("setup_strands.sh", "strands (.venv-strands)", 2),
+        ("setup_ui_tests.sh", "ui browser", 3),
+        ("setup_bench.sh", "benchmarks --quick", 5),
+        ("setup_vllm.sh", "slow and vllm", 5),
     ],
 )
 def test_failing_later_setup_fails_ci_and_skips_its_tests(
