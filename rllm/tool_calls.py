@@ -370,3 +370,37 @@ def get_tool_parser(name: str, *, id_seed: int | None = None) -> ToolParser:
             f"unknown tool parser {name!r}: use one of {', '.join(sorted(TOOL_PARSERS))}"
         ) from None
     return factory(id_seed)
+
+
+ToolExchange = tuple[str, Mapping[str, Any], str]
+"""One call in a worked example: the tool's name, the arguments, and the result the tool returned."""
+
+
+def solved_example(
+    question: str, turns: Sequence[Sequence[ToolExchange]], answer: str, *, id_prefix: str = "call_example"
+) -> list[dict[str, Any]]:
+    """A solved question as OpenAI chat messages: the question, then for each turn an assistant message
+    making that turn's calls and one ``tool`` message per result, then the final answer. A small model
+    shown such examples before its question copies their shape (see ``ToolAgentWorkflow``'s ``examples``).
+    The call ids are ``{id_prefix}_{turn}_{call}`` (``id_prefix`` alone for a single call)."""
+    single = len(turns) == 1 and len(turns[0]) == 1
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    for t, turn in enumerate(turns, start=1):
+        if not turn:
+            raise ValueError(f"turn {t} of the example {question!r} makes no call")
+        ids = [id_prefix if single else f"{id_prefix}_{t}_{c}" for c in range(1, len(turn) + 1)]
+        calls = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for call_id, (name, arguments, _) in zip(ids, turn)
+        ]
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        messages += [
+            {"role": "tool", "tool_call_id": call_id, "name": name, "content": result}
+            for call_id, (name, _, result) in zip(ids, turn)
+        ]
+    messages.append({"role": "assistant", "content": answer})
+    return messages

@@ -49,6 +49,7 @@ def _records(run_dir: Path) -> list[dict]:
     ("example", "keys"),
     [
         ("tool_agent", {"tools/calls", "tools/errors/malformed", "tools/used", "agent/turns"}),
+        ("finance_agent", {"tools/calls", "tools/errors/invalid_arguments", "tools/used", "agent/turns"}),
         ("solver_judge", {"solver/accuracy", "judge/accuracy", "judge/valid_pick"}),
         ("frozenlake", {"env/turns", "agent/invalid_actions"}),
     ],

@@ -36,6 +36,8 @@ from typing import Any, Literal
 from rllm.data.builtin import held_out_count, make_tasks
 from rllm.data.catalog import CATALOG
 from rllm.data.code_problems import PROBLEMS, code_problem_tasks
+from rllm.data.finance import SYSTEM_PROMPT as FINANCE_SYSTEM_PROMPT
+from rllm.data.finance import finance_examples, finance_tasks, split_questions
 from rllm.data.schema import (
     InvalidTaskError,
     Task,
@@ -92,6 +94,8 @@ class DatasetInfo:
     source: str
     created: str | None = None
     path: Path | None = None
+    system_prompt: str | None = None
+    examples: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,10 @@ class BuiltinDataset:
     generate: Callable[[str, int, int], list[dict[str, Any]]]
     default_size: dict[str, int] = field(default_factory=lambda: {"train": 1000, "test": 200})
     fixed: bool = False  # a fixed set of rows (default_size is all of them), not a generator of any size
+    # How the tool agent is told to solve the task (workflow.name=tool_agent): its system prompt, and worked
+    # examples (OpenAI chat messages) placed before each question. None / () = the workflow's defaults.
+    system_prompt: str | None = None
+    examples: tuple[dict[str, Any], ...] = ()
 
 
 def _check_name(name: str, what: str = "dataset name") -> None:
@@ -273,6 +281,8 @@ class DatasetRegistry:
                 reward=builtin.reward,
                 description=builtin.description,
                 source="built-in",
+                system_prompt=builtin.system_prompt,
+                examples=builtin.examples,
             )
         manifest = self._manifest(name)
         if manifest is None:
@@ -455,5 +465,15 @@ def _generated_datasets() -> Mapping[str, BuiltinDataset]:
         _code_problems,
         sizes,
         fixed=True,
+    )
+    table["finance"] = BuiltinDataset(
+        "finance",
+        "finance_number",
+        "FinQA-style questions over fictional companies' financial tables, for the table_lookup and "
+        "calculator tools (generated; held out: other companies)",
+        finance_tasks,
+        {"train": 1000, "test": len(split_questions("test"))},
+        system_prompt=FINANCE_SYSTEM_PROMPT,
+        examples=tuple(finance_examples()),
     )
     return MappingProxyType(table)

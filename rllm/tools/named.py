@@ -1,7 +1,8 @@
 """Tools by name: what ``workflow.tools`` (the tool_agent workflow) can list.
 
 A name maps to a factory that builds the tool for one run from the workflow's per-call time limit
-(``workflow.tool_timeout_s``). The built-ins are ``calculator`` and ``python`` (sandboxed); a tool of your
+(``workflow.tool_timeout_s``). The built-ins are ``calculator``, ``python`` (sandboxed) and ``table_lookup``
+(the fictional companies' financial tables of the ``finance`` task); a tool of your
 own becomes nameable in config with one call::
 
     @tool
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rllm.tools.builtin import calculator, make_python_tool
+from rllm.tools.finance_reports import table_lookup
 from rllm.tools.tool import Tool
 from rllm.utils.config import unknown_name
 
@@ -30,6 +32,7 @@ ToolFactory = Callable[[float], Tool]
 _BUILTIN: dict[str, ToolFactory] = {
     "calculator": lambda timeout_s: calculator,
     "python": lambda timeout_s: make_python_tool(timeout_s=timeout_s),
+    "table_lookup": lambda timeout_s: table_lookup,
 }
 _USER: dict[str, ToolFactory] = {}
 

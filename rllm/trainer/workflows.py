@@ -42,6 +42,11 @@ def build_env_workflow(cfg: TrainConfig) -> Any:
     )
 
 
+def _called_tools(messages: list[dict[str, Any]]) -> set[str]:
+    """The names of the tools the assistant messages of ``messages`` call."""
+    return {call["function"]["name"] for m in messages for call in m.get("tool_calls") or ()}
+
+
 def build_workflow(cfg: TrainConfig) -> Any:
     """The workflow ``cfg.workflow`` names, configured from ``cfg``: scored by the dataset's reward, with
     the answer instruction of that reward after each question (``data.instruction``)."""
@@ -59,10 +64,19 @@ def build_workflow(cfg: TrainConfig) -> Any:
     if w.name == "tool_agent":
         tools = [make_named_tool(name, timeout_s=w.tool_timeout_s) for name in w.tools]
         registry = ToolRegistry(tools, default_timeout_s=w.tool_timeout_s)
-        examples = calculator_examples() if "calculator" in w.tools else []
+        # The dataset's own prompt and worked examples when it has them (finance: table_lookup, then the
+        # calculator), else the calculator's.
+        info = DatasetRegistry().info(cfg.data.task)
+        examples = list(info.examples) or (calculator_examples() if "calculator" in w.tools else [])
+        missing = sorted(_called_tools(examples) - set(w.tools))
+        if missing:
+            raise ValueError(
+                f"the worked examples of data.task={cfg.data.task} call {', '.join(missing)}: add "
+                f"{'it' if len(missing) == 1 else 'them'} to workflow.tools (it has {w.tools})"
+            )
         return ToolAgentWorkflow(
             registry,
-            system_prompt=cfg.data.system_prompt or TOOL_SYSTEM_PROMPT,
+            system_prompt=cfg.data.system_prompt or info.system_prompt or TOOL_SYSTEM_PROMPT,
             examples=examples,
             max_turns=w.max_turns,
             **scoring,

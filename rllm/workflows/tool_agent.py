@@ -17,12 +17,11 @@ final answer before ``max_turns``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from rllm.engine.context import RolloutContext
-from rllm.tool_calls import get_tool_parser
+from rllm.tool_calls import get_tool_parser, solved_example
 from rllm.tools.tool import Tool, ToolRegistry, ToolResult, tool_metrics
 from rllm.types import Outcome, TerminationReason
 from rllm.workflows.single_turn import RewardFn, number_reward, question_messages, score
@@ -36,14 +35,9 @@ def worked_example(
     answer: str,
     call_id: str = "call_example",
 ) -> list[dict[str, Any]]:
-    """One solved question as chat messages: the question, a call to ``tool``, its result, the answer."""
-    call = {"id": call_id, "type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}
-    return [
-        {"role": "user", "content": question},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call_id, "name": tool, "content": result},
-        {"role": "assistant", "content": answer},
-    ]
+    """One solved question as chat messages: the question, a call to ``tool``, its result, the answer
+    (``solved_example`` writes examples of several calls and turns)."""
+    return solved_example(question, [[(tool, arguments, result)]], answer, id_prefix=call_id)
 
 
 class ToolAgentWorkflow:
