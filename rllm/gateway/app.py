@@ -171,13 +171,19 @@ class _Api:
             "tools": tools,
             "tool_choice": req.tool_choice,
             "logprobs": bool(req.logprobs),
+            "max_tokens_given": req.max_tokens_given,
         }
         record = {"messages": messages, "tools": tools, "tool_choice": req.tool_choice}
         return await self._serve(request, req, up, record, req.to_sampling_params)
 
     async def completions(self, request: Request) -> Response:
         req: CompletionRequest = _parse(await self.body_of(request), CompletionRequest)
-        up = {"endpoint": "completions", "prompt": req.prompt, "logprobs": req.logprobs is not None}
+        up = {
+            "endpoint": "completions",
+            "prompt": req.prompt,
+            "logprobs": req.logprobs is not None,
+            "max_tokens_given": req.max_tokens_given,
+        }
         return await self._serve(request, req, up, {"prompt": req.prompt}, req.to_sampling_params)
 
     async def responses(self, request: Request) -> Response:

@@ -22,6 +22,8 @@ ERROR_PREFIXES = (
     "error",
     # the Agents SDK's reply to arguments its tool cannot take (not JSON, a missing parameter)
     "an error occurred while running the tool",
+    # Strands' reply to a call of a tool the agent lacks ("Unknown tool: NAME")
+    "unknown tool",
 )
 """How a tool result that is an error begins (compared in lower case)."""
 

@@ -1111,6 +1111,25 @@ def test_a_bad_session_does_not_fail_its_batchmates(tiny_model_dir: Path, tmp_pa
     check_reply(bad)
 
 
+def test_an_unset_max_tokens_shrinks_to_the_context_left(gw: _Gateway, fuzz_engine: LocalEngine) -> None:
+    """The default max_tokens (16 for text, 256 for chat) is cut to what the context leaves, where an
+    explicit one that does not fit is refused (next test); chat and text completions alike."""
+    r = gw.post("/sessions/fzfit-1/v1/completions", _dumps({"model": MODEL, "prompt": [1] * 2040}))
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["usage"]["completion_tokens"] <= 8
+    content = "a " * 1900
+    while len(fuzz_engine.apply_chat_template([{"role": "user", "content": content}])) > 2040:
+        content = content[:-40]
+    prompt_len = len(fuzz_engine.apply_chat_template([{"role": "user", "content": content}]))
+    messages = [{"role": "user", "content": content}]
+    r = gw.post("/sessions/fzfit-2/v1/chat/completions", _dumps({"model": MODEL, "messages": messages}))
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["usage"]["prompt_tokens"] == prompt_len
+    assert r.json()["usage"]["completion_tokens"] <= 2048 - prompt_len
+    explicit = {"model": MODEL, "messages": messages, "max_tokens": 256}
+    assert gw.post("/sessions/fzfit-3/v1/chat/completions", _dumps(explicit)).status_code == 400
+
+
 def test_request_beyond_the_context_is_refused(gw: _Gateway) -> None:
     body = _dumps({"model": MODEL, "prompt": [1] * 2048, "max_tokens": 1})
     r = gw.post("/sessions/fzctx/v1/completions", body)
