@@ -171,7 +171,11 @@ def test_forced_tool_choice_masks_the_forced_tokens(
     forced = _ids(server.engine.tokenizer, prefix)
     k = len(forced)
     assert trace["completion_token_ids"][:k] == forced and trace["logprobs"][:k] == [0.0] * k
-    assert trace["completion_mask"] == [0] * k + [1] * (len(trace["completion_token_ids"]) - k)
+    # After the written prefix, positions where the name/arguments constraint left one token are forced
+    # too (mask 0, logprob 0.0; a single tool here, so its name is); the rest was sampled.
+    mask = trace["completion_mask"]
+    assert mask[:k] == [0] * k and 1 in mask[k:]
+    assert all(lp == 0.0 for m, lp in zip(mask, trace["logprobs"]) if m == 0)
     # The tiny random model garbles the rest: what it wrote comes back as text, no call is invented.
     if msg.stop_reason != "tool_use":
         assert msg.content[0].type == "text" and msg.content[0].text.startswith(prefix)
