@@ -1,7 +1,7 @@
 """What the framework cookbooks' tests (tests/test_*_example.py) share: loading an example's train.py, a
 scripted FAKE engine behind a real gateway, and the overrides that train an example on the tiny model.
 
-Each example is a real agent (LangGraph, the OpenAI Agents SDK, smolagents) that only a model able to write
+Each example is a real agent (LangGraph, the OpenAI Agents SDK, smolagents, Strands) that only a model able to write
 tool calls exercises; a tiny random model never does, hence the scripted engine. Everything around it is
 real: the gateway on loopback, its renderer and tool parser, the framework's client and loop, the tools.
 """
@@ -81,18 +81,34 @@ class ScriptedTurnsEngine:
         ]
 
 
-def run_scripted(
-    example: ModuleType, tokenizer: Any, replies: list[str], db: Path, *, max_tokens: int = 96
-) -> tuple[Episode, ScriptedTurnsEngine, list[Trace]]:
-    """Run the example's flow and evaluator on TASK through a gateway over the fake engine replying
-    ``replies`` in turn; the episode, the engine (its recorded calls) and the session's traces."""
+def run_scripted_tasks(
+    example: ModuleType,
+    tokenizer: Any,
+    replies: list[str],
+    db: Path,
+    tasks: list[dict[str, Any]],
+    *,
+    max_tokens: int = 96,
+) -> tuple[list[Episode], ScriptedTurnsEngine, list[list[Trace]]]:
+    """Run the example's flow and evaluator on ``tasks`` at once through a gateway over the fake engine
+    replying ``replies`` in turn; the episodes, the engine (its recorded calls) and each session's traces."""
     engine = ScriptedTurnsEngine(tokenizer, replies)
     with TraceStore(db) as store, GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
         workflow = GatewayWorkflow(example.calculator_agent, example.grade, gateway_url=srv.url, model="tiny")
         params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=3)
         runner = WorkflowEngine(workflow, engine, params, show_progress=False)
-        (episode,) = asyncio.run(runner.run_tasks([TASK]))
-        traces = store.list(episode.id)
+        episodes = asyncio.run(runner.run_tasks(tasks))
+        traces = [store.list(episode.id) for episode in episodes]
+    return episodes, engine, traces
+
+
+def run_scripted(
+    example: ModuleType, tokenizer: Any, replies: list[str], db: Path, *, max_tokens: int = 96
+) -> tuple[Episode, ScriptedTurnsEngine, list[Trace]]:
+    """:func:`run_scripted_tasks` on TASK alone: the episode, the engine and the session's traces."""
+    (episode,), engine, (traces,) = run_scripted_tasks(
+        example, tokenizer, replies, db, [TASK], max_tokens=max_tokens
+    )
     return episode, engine, traces
 
 
