@@ -11,6 +11,13 @@ For every call the gateway asks the upstream for what training needs, in that en
 
 The client never sees these extra fields: the gateway builds its reply from the parsed choices.
 
+Tools are passed through: the server renders them with the model's chat template and parses calls with its
+own tool parser (vLLM needs ``--enable-auto-tool-choice --tool-call-parser NAME``; without it vLLM refuses
+any ``tool_choice`` but ``"none"`` with a 400, which the client gets). Under a forced ``tool_choice``
+(``"required"`` or a named function), vLLM's tokens reported with logprob 0.0, the ones its grammar left no
+choice over, are recorded as not sampled (``completion_mask`` 0), as the local engine records its forced
+tokens.
+
 Routing: a session sticks to the worker that served its first call (its prefix cache stays warm for the
 next turn); a new session, or one whose worker is down, goes to the least-loaded healthy worker.
 Connection errors and 5xx answers are retried on another worker (the session then sticks to that one;
@@ -59,6 +66,19 @@ class Worker:
     @property
     def root(self) -> str:
         return self.base_url.removesuffix("/").removesuffix("/v1")
+
+
+def _forces_a_call(request: UpstreamRequest) -> bool:
+    """Whether vLLM constrains this chat call's output: a ``tool_choice`` of ``"required"`` or a named
+    function, with tools. vLLM (``--tool-call-parser``) then writes the call's opening and the name through
+    a grammar; a token the grammar left as the only choice is reported with logprob exactly 0.0
+    (``processed_logprobs``: the distribution it was sampled from), and is recorded as not sampled
+    (``completion_mask`` 0), like the local engine's forced tokens. A sampled token whose probability
+    rounds to 1 in float32 is masked too, which costs nothing: its gradient is ~0."""
+    choice = request.tool_choice
+    return bool(request.endpoint == "chat.completions" and request.tools) and (
+        choice == "required" or isinstance(choice, dict)
+    )
 
 
 def _base_url(url: str) -> str:
@@ -370,6 +390,7 @@ class HTTPUpstream:
             raw_choices[0].get("prompt_token_ids") if raw_choices else None
         )
         choices, trainable = [], self.trainable and prompt_ids is not None
+        forced = self.kind == "vllm" and _forces_a_call(request)
         for c in raw_choices:
             ids, lps, strings = _token_ids_and_logprobs(c, request.endpoint)
             if ids is None or lps is None or len(ids) != len(lps):
@@ -386,13 +407,14 @@ class HTTPUpstream:
                     finish_reason=c.get("finish_reason") or "stop",
                     completion_ids=ids or [],
                     logprobs=lps or [],
+                    completion_mask=[0 if lp == 0.0 else 1 for lp in lps] if forced and lps else None,
                     token_strings=strings if request.logprobs else None,
                     stop_sequence=_stop_sequence(c, request.params.stop),
                 )
             )
         if not trainable:
             for ch in choices:  # keep the record honest: no half-filled token lists
-                ch.completion_ids, ch.logprobs = [], []
+                ch.completion_ids, ch.logprobs, ch.completion_mask = [], [], None
             prompt_ids = []
         return UpstreamResult(
             prompt_ids=list(prompt_ids or []), choices=choices, trainable=trainable, upstream=upstream

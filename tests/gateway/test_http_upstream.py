@@ -244,3 +244,34 @@ def test_parses_recorded_vllm_replies(name: str) -> None:
         assert len(choice.logprobs) == len(choice.completion_ids) > 0
         if c["finish_reason"] == "stop" and c.get("stop_reason") is None:
             assert choice.completion_ids[-1] == 2  # stopped on eos: the eos token is kept
+
+
+def test_vllm_forced_tool_call_tokens_are_recorded_as_not_sampled() -> None:
+    """A named tool_choice recorded from vLLM 0.32 (``--tool-call-parser hermes``): the tokens its grammar
+    left no choice over (logprob exactly 0.0) get completion_mask 0; the rest, sampled, get 1. The same
+    reply without a forced tool_choice is all sampled (no mask)."""
+    import json
+
+    case = json.loads((VLLM_DATA / "chat_named_tool_choice.json").read_text())
+    req, data = case["request"], case["response"]
+    upstream = HTTPUpstream(["http://127.0.0.1:1"], kind="vllm", model="m")
+    forced = UpstreamRequest(
+        endpoint="chat.completions",
+        messages=req["messages"],
+        tools=req["tools"],
+        tool_choice=req["tool_choice"],
+        params=SamplingParams(max_tokens=req["max_tokens"], temperature=0.0),
+    )
+    body = upstream.request_body(forced)
+    assert body["tool_choice"] == req["tool_choice"] and body["tools"] == req["tools"]
+    (choice,) = upstream.parse_response(data, forced, upstream="u").choices
+    raw = data["choices"][0]
+    lps = [t["logprob"] for t in raw["logprobs"]["content"]]
+    assert choice.completion_ids == raw["token_ids"] and choice.logprobs == lps
+    assert choice.completion_mask == [0 if lp == 0.0 else 1 for lp in lps]
+    assert choice.completion_mask[0] == 0 and 0 < sum(choice.completion_mask) < len(lps)
+    assert choice.tool_calls is not None and choice.tool_calls[0]["function"]["name"] == "get_weather"
+    (free,) = upstream.parse_response(
+        data, forced.model_copy(update={"tool_choice": "auto"}), upstream="u"
+    ).choices
+    assert free.completion_mask is None

@@ -9,6 +9,7 @@ Needs ``bash scripts/setup_vllm.sh`` (or ``RLLM_VLLM_VENV``); run with ``pytest 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import anthropic
@@ -39,7 +40,7 @@ def gateway(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
     store = TraceStore(tmp_path_factory.mktemp("vllm-messages") / "traces.db")
     with (
-        VLLMServer(model_dir, served_model_name="smollm2") as vllm,
+        VLLMServer(model_dir, served_model_name="smollm2", tool_call_parser="hermes") as vllm,
         GatewayServer(create_app(HTTPUpstream([vllm.base_url]), store, model_name="policy")) as srv,
     ):
         yield srv.url, store
@@ -85,22 +86,34 @@ def test_messages_through_vllm_are_token_faithful_and_merge(gateway: tuple, mode
         assert sum(steps[0].response_mask) == len(t1.completion_token_ids) + len(t2.completion_token_ids)
 
 
+def _first_new_char(text: str) -> int:
+    """The index of the first non-space character after the first one that does not occur before it: a
+    stop string there cuts the reply at exactly that index, whatever words the model chose."""
+    return next(i for i, ch in enumerate(text) if i >= 1 and not ch.isspace() and text.find(ch) == i)
+
+
 def test_stop_sequence_is_named_as_vllm_reports_it(gateway: tuple) -> None:
     url, _ = gateway
     client = _client(url, "m-stop")
     question = [{"role": "user", "content": "Count from one to ten in words."}]
     free = client.messages.create(model="policy", max_tokens=24, messages=question, extra_body=GREEDY)
     text = free.content[0].text
-    stop = next((ch for ch in text[1:] if ch.isalpha() and text.find(ch) >= 1), None)
-    assert stop is not None, f"the greedy reply {text!r} has no letter to stop on"
+    cut_at = _first_new_char(text)
+    stop = text[cut_at]
     cut = client.messages.create(
         model="policy", max_tokens=24, messages=question, stop_sequences=[stop], extra_body=GREEDY
     )
-    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
-    assert cut.content[0].text == text[: text.find(stop)]
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop, (text, cut)
+    assert cut.content[0].text == text[:cut_at]
 
 
-def test_named_tool_choice_through_vllm_is_a_tool_use(gateway: tuple) -> None:
+def test_named_tool_choice_through_vllm_is_passed_on_and_recorded(gateway: tuple, model_dir: str) -> None:
+    """vLLM (``--tool-call-parser hermes``) forces the call's opening and the name; the arguments are
+    sampled. A call whose arguments are a JSON object is a ``tool_use`` block; one whose arguments are not
+    (SmolLM2-135M greedily writes ``"arguments": "Paris"``) is no valid tool use and comes back as the text
+    the model wrote. Either way the trace holds vLLM's own tokens, the forced ones included."""
+    from transformers import AutoTokenizer
+
     url, store = gateway
     tools = [
         {
@@ -119,9 +132,21 @@ def test_named_tool_choice_through_vllm_is_a_tool_use(gateway: tuple) -> None:
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
         tools=tools,
         tool_choice={"type": "tool", "name": "get_weather"},
+        extra_body=GREEDY,
     )
     (trace,) = store.list("m-tool")
     assert trace.request["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    assert msg.stop_reason == "tool_use", msg
-    (call,) = [b for b in msg.content if b.type == "tool_use"]
-    assert call.name == "get_weather" and isinstance(call.input, dict) and call.id.startswith("toolu_")
+    assert trace.trainable and len(trace.completion_token_ids) == len(trace.logprobs) > 0
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    written = tok.decode(trace.completion_token_ids, skip_special_tokens=True)
+    assert written.startswith('<tool_call>\n{"name": "get_weather", "arguments": '), written
+    (call,) = trace.response_message["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert trace.completion_mask is not None and trace.completion_mask[0] == 0  # "<" forced by vLLM's grammar
+    if msg.stop_reason == "tool_use":
+        (block,) = [b for b in msg.content if b.type == "tool_use"]
+        assert block.name == "get_weather" and isinstance(block.input, dict) and block.id.startswith("toolu_")
+        assert block.input == json.loads(call["function"]["arguments"])
+    else:
+        assert not isinstance(json.loads(call["function"]["arguments"]), dict)
+        assert [b.type for b in msg.content] == ["text"] and "get_weather" in msg.content[0].text

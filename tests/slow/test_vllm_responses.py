@@ -35,7 +35,7 @@ def gateway(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
     store = TraceStore(tmp_path_factory.mktemp("vllm-responses") / "traces.db")
     with (
-        VLLMServer(model_dir, served_model_name="smollm2") as vllm,
+        VLLMServer(model_dir, served_model_name="smollm2", tool_call_parser="hermes") as vllm,
         GatewayServer(create_app(HTTPUpstream([vllm.base_url]), store, model_name="policy")) as srv,
     ):
         yield srv.url, store
@@ -77,3 +77,38 @@ def test_responses_through_vllm_are_token_faithful_and_merge(gateway: tuple, mod
     if t1.finish_reason == "stop":  # a reply cut by max_output_tokens has no eos to re-render after it
         assert metrics["assembly/merged_calls"] == 1 and len(steps) == 1
         assert sum(steps[0].response_mask) == len(t1.completion_token_ids) + len(t2.completion_token_ids)
+
+
+def test_named_function_through_vllm_is_a_function_call_with_forced_tokens_masked(gateway: tuple) -> None:
+    """A named ``tool_choice`` passes through to vLLM (``--tool-call-parser hermes``), whose call comes back
+    as a ``function_call`` output item; the tokens vLLM's grammar forced (logprob 0.0) are recorded as not
+    sampled, so a trainer never treats them as the policy's choice."""
+    url, store = gateway
+    client = openai.OpenAI(base_url=f"{url}/sessions/r-tool/v1", api_key="x", max_retries=0, timeout=300)
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+    resp = client.responses.create(
+        model="policy",
+        input="What is the weather in Paris?",
+        tools=[tool],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=48,
+        temperature=0,
+    )
+    (trace,) = store.list("r-tool")
+    assert trace.request["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    (call,) = [item for item in resp.output if item.type == "function_call"]
+    (recorded,) = trace.response_message["tool_calls"]
+    assert call.name == recorded["function"]["name"] == "get_weather"
+    assert call.arguments == recorded["function"]["arguments"]
+    mask = trace.completion_mask
+    assert mask is not None and len(mask) == len(trace.completion_token_ids) == len(trace.logprobs)
+    assert (
+        mask == [0 if lp == 0.0 else 1 for lp in trace.logprobs]
+        and mask[0] == 0
+        and 0 < sum(mask) < len(mask)
+    )

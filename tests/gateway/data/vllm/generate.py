@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/gateway/data/vllm/generate.py                # starts its own server
     .venv/bin/python tests/gateway/data/vllm/generate.py --base-url http://127.0.0.1:8765/v1
+    .venv/bin/python tests/gateway/data/vllm/generate.py --only chat_named_tool_choice     # one case
 
 Needs the vLLM venv (scripts/setup_vllm.sh) and the built-in model. Each fixture is one JSON file:
 ``endpoint``, ``request`` (the exact body sent), ``status`` and either ``response`` (the parsed JSON
@@ -32,6 +33,15 @@ YES_NO_TEXT = (
 )
 PROMPT = "The capital of France is"
 PROMPT_IDS = [504, 3575, 282, 4649, 314]  # PROMPT tokenized (no BOS is added)
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 # Fields that make vLLM return token ids and per-token logprobs of the sampled tokens.
 CHAT_IDS = {"logprobs": True, "return_token_ids": True}
@@ -147,6 +157,19 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         COMPLETIONS,
         {"prompt": PROMPT, "max_tokens": 2, "prompt_logprobs": 0, **SAMPLE, **COMPLETION_IDS},
     ),
+    # A named tool_choice (the server runs --tool-call-parser hermes): vLLM's grammar writes the call's
+    # opening and the name; the tokens it left no choice over come with logprob 0.0.
+    "chat_named_tool_choice": (
+        CHAT,
+        {
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": [WEATHER_TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "max_tokens": 48,
+            "temperature": 0.0,
+            **CHAT_IDS,
+        },
+    ),
     "completions_error_too_many_logprobs": (
         COMPLETIONS,
         {"prompt": PROMPT, "max_tokens": 2, "logprobs": 21, "return_token_ids": True},
@@ -177,10 +200,12 @@ def run_case(client: httpx.Client, endpoint: str, request: dict[str, Any]) -> di
     return record
 
 
-def generate(base_url: str, server_args: list[str] | None) -> None:
+def generate(base_url: str, server_args: list[str] | None, only: list[str] | None = None) -> None:
     with httpx.Client(base_url=base_url, timeout=300.0, trust_env=False) as client:
         version = client.get(base_url.removesuffix("/v1") + "/version").json().get("version")
         for name, (endpoint, request) in CASES.items():
+            if only and name not in only:
+                continue
             record = {
                 "vllm_version": version,
                 "server_args": server_args,
@@ -196,18 +221,19 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--base-url", help="an already running server started like VLLMServer's defaults")
+    parser.add_argument("--only", nargs="+", choices=sorted(CASES), help="record these cases only")
     args = parser.parse_args()
     if args.base_url:
-        generate(args.base_url, None)
+        generate(args.base_url, None, args.only)
         return
     from rllm.inference.vllm_server import VLLMServer
     from rllm.models import resolve_model
 
-    with VLLMServer(resolve_model(MODEL), served_model_name=MODEL) as server:
+    with VLLMServer(resolve_model(MODEL), served_model_name=MODEL, tool_call_parser="hermes") as server:
         cmd = server.command()[3:]  # without "python -m vllm.entrypoints.openai.api_server"
         cmd[cmd.index("--model") + 1] = "<model dir>"
         cmd[cmd.index("--port") + 1] = "<port>"
-        generate(server.base_url, cmd)
+        generate(server.base_url, cmd, args.only)
 
 
 if __name__ == "__main__":
