@@ -111,10 +111,11 @@ def run_init(args: argparse.Namespace) -> int:
     except InitError as err:
         print(f"rllm: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    train = f"cd {args.name} && rllm train"
     print(
         f"created {args.name}/ from the {args.template} template: {TEMPLATES[args.template]}\n"
-        f"  cd {args.name} && rllm train     # train it (reads ./rllm.yaml)\n"
-        f"  pytest -q                         # its checks, no model needed\n"
+        f"  {train}   # train it (reads ./rllm.yaml)\n"
+        f"  {'pytest -q':<{len(train)}}   # its checks, no model needed (run in {args.name}/)\n"
         f"  replace data/*.jsonl with your tasks; see README.md"
     )
     return 0
