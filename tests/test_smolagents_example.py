@@ -75,6 +75,25 @@ def test_tool_calling_agent_runs_unchanged_with_forced_calls(
     assert episode.trajectories[0].reward == 1.0
 
 
+def test_a_calculator_call_on_the_question_earns_the_shaping_reward(
+    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A right calculator call followed by a wrong final answer earns CALL_REWARD, not 1, and is not
+    correct; a call on other numbers earns nothing."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    wrong = 'final_answer", "arguments": {"answer": "999"}}\n</tool_call>'
+    episode, _engine, _traces = run_scripted(
+        example, tokenizer, [CALCULATE, wrong], tmp_path / "a.db", max_tokens=48
+    )
+    assert episode.reward == example.CALL_REWARD == 0.25 and not episode.is_correct
+    assert episode.metrics["signal/copied_operands"] == 1.0
+    other = 'calculate", "arguments": {"expression": "23 * 46"}}\n</tool_call>'
+    episode, _engine, _traces = run_scripted(
+        example, tokenizer, [other, wrong], tmp_path / "b.db", max_tokens=48
+    )
+    assert episode.reward == 0.0 and episode.metrics["signal/copied_operands"] == 0.0
+
+
 def test_garbled_call_is_reported_to_the_agent_and_scored(
     example: ModuleType, tiny_model_dir: Path, tmp_path: Path
 ) -> None:

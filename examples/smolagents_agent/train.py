@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -66,12 +67,35 @@ def calculator_calls(episode: rllm.Episode) -> int:
     return sum("'name': 'calculate'" in str(m.get("content") or "") for m in longest)
 
 
+def copied_operands(episode: rllm.Episode, question: str) -> bool:
+    """Whether some `calculate` call's expression holds both of the question's numbers (read, as above,
+    from the history smolagents sent back)."""
+    operands = re.findall(r"\d+", question)
+    histories = [step.messages for traj in episode.trajectories for step in traj.steps]
+    longest = max(histories, key=len, default=[])
+    for m in longest:
+        text = str(m.get("content") or "")
+        if "'name': 'calculate'" in text:
+            numbers = re.findall(r"\d+", text.split("'arguments'", 1)[-1])
+            if all(op in numbers for op in operands):
+                return True
+    return False
+
+
+# Shaping: a wrong final answer after a calculator call on the question's numbers earns this much. Without
+# it almost no sampled group holds a right episode (the untrained model mostly calls final_answer at once
+# with an operand), so almost every update is skipped; with it, calling the calculator first is learnable,
+# and the final answer (reward 1) stays worth more. Accuracy (`is_correct`) counts right answers only.
+CALL_REWARD = 0.25
+
+
 @rllm.evaluator
 def grade(task: dict, episode: rllm.Episode) -> rllm.Outcome:
     correct = single_number_match(episode.info["output"] or "", task["ground_truth"])
-    return rllm.Outcome(
-        reward=float(correct), is_correct=correct, signals={"calculator_calls": calculator_calls(episode)}
-    )
+    called = copied_operands(episode, task["question"])
+    reward = 1.0 if correct else CALL_REWARD if called else 0.0
+    signals = {"calculator_calls": calculator_calls(episode), "copied_operands": float(called)}
+    return rllm.Outcome(reward=reward, is_correct=correct, signals=signals)
 
 
 def main(overrides: list[str]) -> rllm.TrainResult:
