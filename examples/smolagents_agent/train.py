@@ -59,27 +59,28 @@ async def calculator_agent(task: dict, config: rllm.AgentConfig) -> str:
     return await loop.run_in_executor(_AGENT_THREADS, solve, agent, task["question"])
 
 
-def calculator_calls(episode: rllm.Episode) -> int:
-    """How many times the agent called `calculate`, read from what smolagents sent back to the model
-    (its history says "Calling tools: [{... 'name': 'calculate' ...}]" after each call)."""
+def _calculate_calls(episode: rllm.Episode) -> list[str]:
+    """The agent's `calculate` calls as smolagents wrote them into the history it sent back to the model
+    ("Calling tools: [{... 'name': 'calculate', 'arguments': {...}}]" after each call), from the longest
+    history of the episode."""
     histories = [step.messages for traj in episode.trajectories for step in traj.steps]
     longest = max(histories, key=len, default=[])
-    return sum("'name': 'calculate'" in str(m.get("content") or "") for m in longest)
+    texts = (str(m.get("content") or "") for m in longest)
+    return [text for text in texts if "'name': 'calculate'" in text]
+
+
+def calculator_calls(episode: rllm.Episode) -> int:
+    """How many times the agent called `calculate`."""
+    return len(_calculate_calls(episode))
 
 
 def copied_operands(episode: rllm.Episode, question: str) -> bool:
-    """Whether some `calculate` call's expression holds both of the question's numbers (read, as above,
-    from the history smolagents sent back)."""
+    """Whether some `calculate` call's arguments hold both of the question's numbers."""
     operands = re.findall(r"\d+", question)
-    histories = [step.messages for traj in episode.trajectories for step in traj.steps]
-    longest = max(histories, key=len, default=[])
-    for m in longest:
-        text = str(m.get("content") or "")
-        if "'name': 'calculate'" in text:
-            numbers = re.findall(r"\d+", text.split("'arguments'", 1)[-1])
-            if all(op in numbers for op in operands):
-                return True
-    return False
+    return any(
+        all(op in re.findall(r"\d+", call.split("'arguments'", 1)[-1]) for op in operands)
+        for call in _calculate_calls(episode)
+    )
 
 
 # Shaping: a wrong final answer after a calculator call on the question's numbers earns this much. Without
