@@ -74,9 +74,11 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--max-tokens", type=int, help="max completion tokens (overrides the preset)")
     p.add_argument(
-        "--full-length",
+        "--stop-at-eos",
         action="store_true",
-        help="make every completion exactly --max-tokens long (rllm ignore_eos, TRL min_new_tokens)",
+        help="let completions end at eos (the real workload; lengths then differ between the sides, so the "
+        "ratio is not like for like). Default: every completion exactly --max-tokens long on both sides "
+        "(rllm ignore_eos, TRL min_new_tokens)",
     )
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--steps", type=int, default=5, help="timed steps after the warm-up")
@@ -113,6 +115,7 @@ def parse_args() -> argparse.Namespace:
     args.prompts = args.prompts or prompts
     args.generations = args.generations or generations
     args.max_tokens = args.max_tokens or max_tokens
+    args.full_length = not args.stop_at_eos
     if args.generations < 2:
         p.error("--generations must be >= 2: GRPO compares completions within a group")
     if args.worker and args.precision == "both":
@@ -478,7 +481,7 @@ def main() -> None:
             "lr",
             "seed",
             "full_finetune",
-            "full_length",
+            "stop_at_eos",
         ],
         model=model_path,
     )
