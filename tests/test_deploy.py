@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ci_support import skip_or_fail
 
 from rllm.trainer.config import TrainConfig
 from rllm.utils.config import load_config
@@ -47,7 +48,6 @@ DOCKERFILES = [ROOT / "docker" / "Dockerfile.cpu", ROOT / "docker" / "Dockerfile
 RAYJOB = ROOT / "deploy" / "kuberay" / "rayjob.yaml"
 SBATCH = ROOT / "deploy" / "slurm" / "rllm_ray.sbatch"
 EXTRA = "deploy-tests"
-MUST_HAVE_EXTRA = EXTRA in os.environ.get("RLLM_TEST_EXTRAS", "").split(",")
 
 sys.path.insert(0, str(ROOT / "docker"))
 import healthcheck  # docker/healthcheck.py: a script beside the Dockerfiles, not a package
@@ -72,9 +72,7 @@ def require_tool(name: str) -> str:
 
 
 def _missing(name: str) -> None:
-    if MUST_HAVE_EXTRA:
-        pytest.fail(f"{name} is missing, and RLLM_TEST_EXTRAS names {EXTRA}: bash scripts/setup.sh {EXTRA}")
-    pytest.skip(f"{name} is not installed: bash scripts/setup.sh {EXTRA}")
+    skip_or_fail(f"{name} is not installed: bash scripts/setup.sh {EXTRA}", extra=EXTRA)
 
 
 # --- Dockerfiles ----------------------------------------------------------------------------------------
@@ -108,6 +106,11 @@ def _setup_default(name: str, script: str = "setup.sh") -> str:
     )
     assert match, f"scripts/{script} no longer sets {name}"
     return match.group(1)
+
+
+def test_the_cpu_image_takes_torch_from_setup_shs_cpu_index() -> None:
+    args = _args(ROOT / "docker" / "Dockerfile.cpu")
+    assert args["RLLM_TORCH_INDEX_URL"] == _setup_default("TORCH_CPU_INDEX_URL", "_torch.sh")
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
