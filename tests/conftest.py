@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ci_support import require_vllm
 from transformers import AutoModelForCausalLM
 
 from rllm.models import make_tiny_llama
@@ -20,6 +21,14 @@ torch.set_num_threads(1)
 # argmax is almost always "repeat the last token", so a bug in padding or position ids would go unseen.
 # Scaling the projection matrices makes the output depend on the whole context.
 _SHARPEN = 8.0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``vllm`` needs a vLLM venv: without one it skips, and fails under ``CI=true``
+    (ci_support.require_vllm). Checked here, before its fixtures, so none of them starts a server first."""
+    if item.get_closest_marker("vllm"):
+        require_vllm()
 
 
 @pytest.fixture(autouse=True)

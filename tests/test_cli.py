@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from ci_support import skip_or_fail
 
 import rllm
 from rllm.cli.main import main
@@ -209,7 +210,7 @@ def test_python_dash_m_rllm_help() -> None:
 def test_console_script_reports_errors_in_one_line() -> None:
     script = Path(sys.executable).with_name("rllm")
     if not script.exists():
-        pytest.skip(f"console script not installed next to {sys.executable} (run scripts/setup.sh)")
+        skip_or_fail(f"console script not installed next to {sys.executable}: bash scripts/setup.sh")
     version = subprocess.run([script, "version"], capture_output=True, text=True, check=True)
     assert version.stdout == f"rllm {rllm.__version__}\n"
     proc = subprocess.run([script, "train", "trainer.stepz=3"], capture_output=True, text=True, check=False)

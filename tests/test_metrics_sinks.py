@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from ci_support import skip_or_fail
 from rich.console import Console
 
 from rllm.utils.metrics import (
@@ -118,8 +119,9 @@ def test_build_sinks_console_and_jsonl(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.jsonl").exists()
 
 
-@pytest.mark.skipif(not HAS_TENSORBOARD, reason="tensorboard not installed")
 def test_tensorboard_writes_event_files(tmp_path: Path) -> None:
+    if not HAS_TENSORBOARD:  # the test extra has it
+        skip_or_fail("tensorboard is not installed: bash scripts/setup.sh")
     (sink,) = build_sinks(["tensorboard"], tmp_path, "run", {})
     sink.log(1, {"reward/mean": 0.5})
     sink.close()
@@ -151,8 +153,9 @@ def test_summarize() -> None:
     assert summarize([], "reward") == {}
 
 
-@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib not installed")
 def test_plot_metrics_writes_png(tmp_path: Path) -> None:
+    if not HAS_MATPLOTLIB:  # a dependency of rllm
+        skip_or_fail("matplotlib is not installed: bash scripts/setup.sh")
     path = tmp_path / "metrics.jsonl"
     sink = JsonlSink(path)
     for step in range(5):

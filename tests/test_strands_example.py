@@ -7,17 +7,11 @@ skip; when $RLLM_TEST_EXTRAS names `strands` (CI's strands tier) a missing stran
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-if "strands" in os.environ.get("RLLM_TEST_EXTRAS", "").split(","):
-    import strands  # noqa: F401  (an ImportError here fails the run: CI asked for the extra)
-else:
-    pytest.importorskip("strands")
-
+from ci_support import require_import
 from example_support import (
     TASK,
     load_example,
@@ -27,6 +21,8 @@ from example_support import (
     tiny_train_overrides,
 )
 from transformers import AutoTokenizer
+
+require_import("strands", "bash scripts/setup_strands.sh", extra="strands")
 
 CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "23*45"}}\n</tool_call>'
 

@@ -23,6 +23,7 @@ from rllm.data.catalog import CATALOG, catalog_entry
 from rllm.data.catalog.code_sets import DecompressedTooLarge, decode_lcb_tests
 from rllm.data.hub import DatasetPullError, pull
 from rllm.data.registry import DatasetRegistry
+from rllm.rewards.code import acode_reward
 from rllm.rewards.registry import reward_names
 
 
@@ -578,9 +579,6 @@ def test_pull_registers_nothing_when_a_split_fails(tmp_path: Path, monkeypatch) 
 
 def test_code_rows_pass_the_code_reward() -> None:
     """HumanEval, MBPP and LiveCodeBench rows, as converted, are graded right by the ``code`` reward."""
-    code = pytest.importorskip(
-        "rllm.rewards.code", reason="rllm.rewards.code (the code reward) is not written yet"
-    )
     (humaneval,) = convert("humaneval", [HUMANEVAL])
     mbpp = convert("mbpp", MBPP)
     stdin, functional = convert("livecodebench", LCB)
@@ -605,7 +603,7 @@ def test_code_rows_pass_the_code_reward() -> None:
 
     async def grade_all() -> list:
         return await asyncio.gather(
-            *(code.acode_reward(task, f"```python\n{program}```") for task, program, _ in cases)
+            *(acode_reward(task, f"```python\n{program}```") for task, program, _ in cases)
         )
 
     for (task, _, correct), result in zip(cases, asyncio.run(grade_all())):

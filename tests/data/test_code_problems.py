@@ -13,6 +13,7 @@ import pytest
 
 from rllm.data.code_problems import PROBLEMS, code_problem_tasks
 from rllm.data.registry import validate_tasks
+from rllm.rewards.code import acode_reward
 
 BY_SLUG = {problem.slug: problem for problem in PROBLEMS}
 
@@ -55,15 +56,12 @@ def test_wrong_solutions_fail(code_runner: Callable) -> None:
 
 
 def test_reference_solutions_pass_the_code_reward() -> None:
-    code = pytest.importorskip(
-        "rllm.rewards.code", reason="rllm.rewards.code (the code reward) is not written yet"
-    )
     tasks = code_problem_tasks("train") + code_problem_tasks("test")
     replies = [f"Here you go:\n```python\n{task['metadata']['reference_solution']}```" for task in tasks]
     wrong = [(task, "```python\nprint('no')\n```") for task in tasks[::8]]
 
     async def grade_all() -> list:
-        return await asyncio.gather(*(code.acode_reward(t, r) for t, r in [*zip(tasks, replies), *wrong]))
+        return await asyncio.gather(*(acode_reward(t, r) for t, r in [*zip(tasks, replies), *wrong]))
 
     results = asyncio.run(grade_all())
     for task, result in zip(tasks, results):

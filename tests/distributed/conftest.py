@@ -6,13 +6,13 @@ Every test here runs real Ray actors and a real gloo process group on this machi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from ci_support import require_import
 
 from rllm.trainer.config import TrainConfig
 from rllm.types import TrainBatch, TrainSequence
@@ -30,15 +30,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def require_ray() -> Any:
     """The ``ray`` module. Without it these tests skip on a developer's machine, but fail under CI, whose
     distributed tier installs it: a tier that skips itself green would hide a broken install."""
-    try:
-        import ray
-    except ImportError:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(
-                "Ray is not installed, and CI's distributed tier needs it: bash scripts/setup.sh distributed"
-            )
-        pytest.skip("Ray is not installed: bash scripts/setup.sh distributed", allow_module_level=True)
-    return ray
+    return require_import("ray", "bash scripts/setup.sh distributed")
 
 
 @pytest.fixture(scope="module")

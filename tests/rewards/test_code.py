@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from ci_support import skip_or_fail
 
 from rllm.rewards import _code_harness as harness
 from rllm.rewards.code import acode_reward, code_reward, extract_program, make_code_reward
@@ -21,10 +22,12 @@ _fast = make_code_reward(timeout_s=2.0, memory_mb=256, max_parallel=2)
 
 @pytest.fixture(autouse=True)
 def _needs_a_sandbox() -> None:
+    """The code reward runs programs in the sandbox: skip without one, fail under CI (whose set-up installs
+    bubblewrap)."""
     try:
         protections()
     except SandboxUnavailable as e:
-        pytest.skip(f"no sandbox on this machine: {e}")
+        skip_or_fail(f"no sandbox on this machine: {e}")
 
 
 def _task(tests: list[dict[str, Any]], entry_point: str | None = None, task_id: str = "t") -> dict[str, Any]:

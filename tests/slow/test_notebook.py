@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ci_support import require_import
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "examples" / "quickstart.ipynb"
@@ -16,13 +17,8 @@ NOTEBOOK = REPO / "examples" / "quickstart.ipynb"
 def _notebook_packages() -> tuple[object, object]:
     """nbclient and nbformat (the `notebook` extra). Under CI (`.ci/run` installs the extra) a missing one
     fails the test instead of skipping it green."""
-    if os.environ.get("CI"):
-        import nbclient
-        import nbformat
-    else:
-        nbclient = pytest.importorskip("nbclient")
-        nbformat = pytest.importorskip("nbformat")
-    return nbclient, nbformat
+    install = "bash scripts/setup.sh notebook"
+    return require_import("nbclient", install), require_import("nbformat", install)
 
 
 @pytest.mark.slow

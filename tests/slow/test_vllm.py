@@ -23,7 +23,7 @@ from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.inference.vllm_server import VLLMServer, default_vllm_python
+from rllm.inference.vllm_server import VLLMServer
 
 pytestmark = pytest.mark.vllm
 
@@ -42,8 +42,6 @@ def model_dir() -> str:
 
 @pytest.fixture(scope="module")
 def vllm(model_dir: str) -> Iterator[VLLMServer]:
-    if not default_vllm_python().exists():
-        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
     with VLLMServer(model_dir, served_model_name="smollm2") as server:
         yield server
 

@@ -20,7 +20,7 @@ from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.inference.vllm_server import VLLMServer, default_vllm_python
+from rllm.inference.vllm_server import VLLMServer
 
 pytestmark = pytest.mark.vllm
 
@@ -36,8 +36,6 @@ def model_dir() -> str:
 
 @pytest.fixture(scope="module")
 def gateway(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TraceStore]]:
-    if not default_vllm_python().exists():
-        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
     store = TraceStore(tmp_path_factory.mktemp("vllm-messages") / "traces.db")
     with (
         VLLMServer(model_dir, served_model_name="smollm2", tool_call_parser="hermes") as vllm,

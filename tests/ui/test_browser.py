@@ -3,7 +3,8 @@
 The store holds two tiny-model training runs (``rllm train`` in this process), a run written through the
 store's ``RunWriter`` with a tool call, a drift point and graded eval items, and, for the live test, a
 run whose metrics a thread appends while the page is open. Every page is screenshotted (see
-``browser_support.Screenshots``). Skips without the ``playwright`` package or a Chromium executable.
+``browser_support.Screenshots``). Skips without the ``playwright`` package or a Chromium executable, but
+fails when ``$RLLM_TEST_EXTRAS`` names ``ui-tests``, as CI's ui browser tier (which installs both) does.
 """
 
 from __future__ import annotations
@@ -24,18 +25,14 @@ from browser_support import (
     train_tiny_runs,
     write_agent_run,
 )
+from ci_support import require_import, skip_or_fail
 
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason=f"the browser tests need playwright: {SETUP_HINT}"
-)
+sync_api = require_import("playwright.sync_api", SETUP_HINT, extra="ui-tests")
 
 CHROMIUM = find_chromium()
-pytestmark = [
-    pytest.mark.skipif(
-        CHROMIUM is None, reason=f"no Chromium executable for the browser tests: {SETUP_HINT}"
-    ),
-    pytest.mark.timeout(300),
-]
+if CHROMIUM is None:
+    skip_or_fail(f"no Chromium executable for the browser tests: {SETUP_HINT}", extra="ui-tests")
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")

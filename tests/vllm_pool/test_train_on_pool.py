@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ci_support import require_import
 
 from rllm.cli.main import main
-from rllm.inference.vllm_server import default_vllm_python
 
 pytestmark = pytest.mark.vllm
 
@@ -27,9 +27,7 @@ def _processes(pattern: str) -> list[str]:
 
 
 def test_rllm_train_with_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    if not default_vllm_python().exists():
-        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
+    require_import("ray", "bash scripts/setup.sh distributed")
     from rllm.models import resolve_model
 
     code = main(

@@ -22,7 +22,7 @@ import torch
 from pool_support import LOGPROB_TOL, PROMPTS, sample, train_batch
 
 from rllm.inference.base import SamplingParams
-from rllm.inference.vllm_server import default_vllm_python, unload_lora_adapter
+from rllm.inference.vllm_server import unload_lora_adapter
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.vllm_pool import VLLMPoolEngine, VLLMPoolError
@@ -33,8 +33,6 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def model_dir() -> str:
-    if not default_vllm_python().exists():
-        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
     from rllm.models import resolve_model
 
     return resolve_model("smollm2-135m")

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from pool_support import LOGPROB_TOL, PROMPTS, sample, train_batch
 
-from rllm.inference.vllm_server import default_vllm_python
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.vllm_pool import VLLMPoolEngine
@@ -25,8 +24,6 @@ pytestmark = pytest.mark.vllm
 
 
 def test_full_fine_tune_weights_reach_the_server(tmp_path: Path) -> None:
-    if not default_vllm_python().exists():
-        pytest.skip(f"no vLLM venv at {default_vllm_python()}: run bash scripts/setup_vllm.sh")
     from rllm.models import resolve_model
 
     model_dir = resolve_model("smollm2-135m")
