@@ -62,6 +62,14 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
             "inference.dtype and inference.max_batch_rows apply to the local engine",
         ),
         (
+            ["inference.engine=vllm", "inference.vllm.urls=[http://127.0.0.1:9]", "rollout.top_p=0.9"],
+            "rollout.top_p=0.9 / rollout.top_k=0 with inference.engine=vllm: vLLM reports logprobs renormalised",
+        ),
+        (
+            ["inference.engine=vllm", "inference.vllm.python=/bin/sh", "rollout.top_k=20"],
+            "set rollout.top_p=1.0 and rollout.top_k=0, or use inference.engine=local",
+        ),
+        (
             [
                 "inference.engine=vllm",
                 "inference.vllm.python=/bin/sh",

@@ -14,9 +14,9 @@ The client never sees these extra fields: the gateway builds its reply from the 
 Tools are passed through: the server renders them with the model's chat template and parses calls with its
 own tool parser (vLLM needs ``--enable-auto-tool-choice --tool-call-parser NAME``; without it vLLM refuses
 any ``tool_choice`` but ``"none"`` with a 400, which the client gets). Under a forced ``tool_choice``
-(``"required"`` or a named function), vLLM's tokens reported with logprob 0.0, the ones its grammar left no
-choice over, are recorded as not sampled (``completion_mask`` 0), as the local engine records its forced
-tokens.
+(``"required"`` or a named function), the tokens of the text the request forced (the call format's
+literal pieces and the name; ``rllm.gateway.vllm_forcing`` says which) are recorded as not sampled
+(``completion_mask`` 0), as the local engine records its forced tokens.
 
 Routing: a session sticks to the worker that served its first call (its prefix cache stays warm for the
 next turn); a new session, or one whose worker is down, goes to the least-loaded healthy worker.
@@ -43,6 +43,7 @@ from typing import Any, Literal
 import aiohttp
 
 from rllm.gateway.upstreams import UpstreamChoice, UpstreamError, UpstreamRequest, UpstreamResult
+from rllm.gateway.vllm_forcing import forced_tool_choice_mask
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +70,8 @@ class Worker:
 
 
 def _forces_a_call(request: UpstreamRequest) -> bool:
-    """Whether vLLM constrains this chat call's output: a ``tool_choice`` of ``"required"`` or a named
-    function, with tools. vLLM (``--tool-call-parser``) then writes the call's opening and the name through
-    a grammar; a token the grammar left as the only choice is reported with logprob exactly 0.0
-    (``processed_logprobs``: the distribution it was sampled from), and is recorded as not sampled
-    (``completion_mask`` 0), like the local engine's forced tokens. A sampled token whose probability
-    rounds to 1 in float32 is masked too, which costs nothing: its gradient is ~0."""
+    """Whether vLLM constrains this chat call's output to tool calls: a ``tool_choice`` of ``"required"``
+    or a named function, with tools (``rllm.gateway.vllm_forcing`` reads which tokens it forced)."""
     choice = request.tool_choice
     return bool(request.endpoint == "chat.completions" and request.tools) and (
         choice == "required" or isinstance(choice, dict)
@@ -407,7 +404,11 @@ class HTTPUpstream:
                     finish_reason=c.get("finish_reason") or "stop",
                     completion_ids=ids or [],
                     logprobs=lps or [],
-                    completion_mask=[0 if lp == 0.0 else 1 for lp in lps] if forced and lps else None,
+                    completion_mask=(
+                        forced_tool_choice_mask(strings, request.tools, request.tool_choice)
+                        if forced and strings and len(strings) == len(ids or [])
+                        else None
+                    ),
                     token_strings=strings if request.logprobs else None,
                     stop_sequence=_stop_sequence(c, request.params.stop),
                 )

@@ -188,6 +188,17 @@ def _check_placement(cfg: TrainConfig) -> None:
 
 def _check_vllm(cfg: TrainConfig) -> None:
     v = cfg.inference.vllm
+    r = cfg.rollout
+    if r.top_p < 1.0 or r.top_k:
+        # vLLM's servers run with logprobs_mode=processed_logprobs: after top-k/top-p, so a logprob is
+        # renormalised over the kept tokens, while the trainer's is over the whole vocabulary (the local
+        # engine reports that one). The importance ratio would compare two different distributions.
+        raise UnsupportedConfigError(
+            f"rollout.top_p={r.top_p:g} / rollout.top_k={r.top_k} with inference.engine=vllm: vLLM reports "
+            "logprobs renormalised over the top-p/top-k tokens, which the trainer (full-vocabulary logprobs) "
+            "cannot reproduce: set rollout.top_p=1.0 and rollout.top_k=0, or use inference.engine=local, "
+            "which records the unrestricted logprobs"
+        )
     if {"dtype", "max_batch_rows"} & cfg.inference.model_fields_set:
         raise UnsupportedConfigError(
             "inference.dtype and inference.max_batch_rows apply to the local engine; the "

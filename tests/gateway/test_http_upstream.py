@@ -247,9 +247,10 @@ def test_parses_recorded_vllm_replies(name: str) -> None:
 
 
 def test_vllm_forced_tool_call_tokens_are_recorded_as_not_sampled() -> None:
-    """A named tool_choice recorded from vLLM 0.32 (``--tool-call-parser hermes``): the tokens its grammar
-    left no choice over (logprob exactly 0.0) get completion_mask 0; the rest, sampled, get 1. The same
-    reply without a forced tool_choice is all sampled (no mask)."""
+    """A named tool_choice recorded from vLLM 0.32 (``--tool-call-parser hermes``): the tokens of the text
+    the request forced (``<tool_call>``, ``{"name": "get_weather", "arguments": ``, the closing and the end
+    of sequence) get completion_mask 0; the sampled ones (the optional newline, the arguments) get 1,
+    whatever their logprob. The same reply without a forced tool_choice is all sampled (no mask)."""
     import json
 
     case = json.loads((VLLM_DATA / "chat_named_tool_choice.json").read_text())
@@ -268,8 +269,13 @@ def test_vllm_forced_tool_call_tokens_are_recorded_as_not_sampled() -> None:
     raw = data["choices"][0]
     lps = [t["logprob"] for t in raw["logprobs"]["content"]]
     assert choice.completion_ids == raw["token_ids"] and choice.logprobs == lps
-    assert choice.completion_mask == [0 if lp == 0.0 else 1 for lp in lps]
-    assert choice.completion_mask[0] == 0 and 0 < sum(choice.completion_mask) < len(lps)
+    strings = [t["token"] for t in raw["logprobs"]["content"]]
+    sampled = [s for s, m in zip(strings, choice.completion_mask, strict=True) if m == 1]
+    assert sampled == ["\n", ' "', "Paris", '"']  # the newline choice, then the arguments "Paris"
+    assert strings[-1] == "<|im_end|>" and choice.completion_mask[-1] == 0
+    # Not read from the value: forced tokens with logprob != 0 (several spellings of a literal were allowed)
+    # and a sampled one with logprob ~0 (the newline) exist in this very reply.
+    assert any(m == 0 and lp != 0.0 for m, lp in zip(choice.completion_mask, lps, strict=True))
     assert choice.tool_calls is not None and choice.tool_calls[0]["function"]["name"] == "get_weather"
     (free,) = upstream.parse_response(
         data, forced.model_copy(update={"tool_choice": "auto"}), upstream="u"
