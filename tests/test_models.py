@@ -306,16 +306,27 @@ def test_cli_pull_prints_model_directory(pulled: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().out.strip() == str(pulled)
 
 
-def test_cli_list_shows_cached_state(
-    pulled: Path, tmp_cache: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_list_shows_cached_state(tmp_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    weights = BUILTIN_MODELS[BUILTIN].weights
     args = _parse(["model", "list"])
     assert args.func(args) == 0
-    assert capsys.readouterr().out.startswith(f"{BUILTIN}\tnot pulled\t")
+    assert capsys.readouterr().out.startswith(f"{BUILTIN}\tnot pulled\t{weights}\t")
     tmp_cache.joinpath("models", BUILTIN).mkdir(parents=True)
     tmp_cache.joinpath("models", BUILTIN, "config.json").write_text("{}")
     assert args.func(args) == 0
-    assert capsys.readouterr().out == f"{BUILTIN}\tcached\t{tmp_cache / 'models' / BUILTIN}\n"
+    assert capsys.readouterr().out == f"{BUILTIN}\tcached\t{weights}\t{tmp_cache / 'models' / BUILTIN}\n"
+
+
+def test_cli_list_says_the_builtin_model_is_a_dequantized_4_bit_copy(
+    tmp_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Accuracy quoted for smollm2-135m is that of the Q4_1 GGUF copy, so the listing must say what it is.
+    assert BUILTIN_MODELS[BUILTIN].gguf_file.endswith(".Q4_1.gguf")
+    args = _parse(["model", "list"])
+    assert args.func(args) == 0
+    name, state, weights, _ = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert (name, state) == (BUILTIN, "not pulled")
+    assert "4-bit Q4_1 GGUF" in weights and "dequantized to float32" in weights
 
 
 def test_cli_pull_rejects_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:

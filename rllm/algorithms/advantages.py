@@ -12,9 +12,9 @@ Estimators are named in config, so they live in the ``ADVANTAGE_ESTIMATORS`` reg
 Every estimator that divides by a standard deviation (``grpo`` per group, ``reinforce_pp`` per batch) takes
 ``std``: ``"sample"`` (the default) is the Bessel-corrected std, ``sqrt(sum((x - mean)^2) / (n - 1))``, as
 TRL's ``GRPOTrainer`` (``nanstd``) and verl's ``compute_grpo_outcome_advantage`` (``torch.std``) use, so
-"grpo" means here what it means there; ``"population"`` divides by ``n`` instead, which makes the
-advantages ``sqrt(n / (n - 1))`` smaller (7 % at a group of 8). ``rloo``, ``dr_grpo`` and ``reinforce``
-use no std.
+"grpo" means here what it means there; ``"population"`` divides by ``n`` instead, a smaller std, which
+makes the advantages ``sqrt(n / (n - 1))`` times larger (7 % at a group of 8). ``rloo``, ``dr_grpo`` and
+``reinforce`` use no std.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``rllm model``: fetch and list the built-in models.
 
     rllm model pull smollm2-135m [--force]   convert once into the cache, print the directory
-    rllm model list                          built-in names, and whether each is in the cache
+    rllm model list                          built-in names, whether each is cached, what its weights are
 
 Each subcommand stores its handler as ``args.func``; a handler takes the parsed arguments and returns
 the process exit code.
@@ -30,7 +30,9 @@ def add_model_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     pull.add_argument("--force", action="store_true", help="convert again, replacing the cached copy")
     pull.set_defaults(func=run_model_pull)
 
-    listing = commands.add_parser("list", help="list the built-in models and whether each is cached")
+    listing = commands.add_parser(
+        "list", help="list the built-in models, whether each is cached, and what their weights are"
+    )
     listing.set_defaults(func=run_model_list)
     return parser
 
@@ -52,10 +54,12 @@ def run_model_pull(args: argparse.Namespace) -> int:
 
 
 def run_model_list(args: argparse.Namespace) -> int:
-    """Print one line per built-in model: name, cached or not, and its directory or description."""
+    """Print one tab-separated line per built-in model: name, cached or not, what its weights are (e.g.
+    a 4-bit GGUF dequantized to float32), and its directory or description."""
     for name in sorted(BUILTIN_MODELS):
+        model = BUILTIN_MODELS[name]
         if is_pulled(name):
-            print(f"{name}\tcached\t{model_dir(name)}")
+            print(f"{name}\tcached\t{model.weights}\t{model_dir(name)}")
         else:
-            print(f"{name}\tnot pulled\t{BUILTIN_MODELS[name].description} (rllm model pull {name})")
+            print(f"{name}\tnot pulled\t{model.weights}\t{model.description} (rllm model pull {name})")
     return 0

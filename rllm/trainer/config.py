@@ -214,8 +214,14 @@ class RolloutConfig(_Section):
     batch_size: int = Field(8, gt=0, description="Tasks per training step.")
     group_size: int = Field(8, gt=0, description="Episodes per task (the advantage group size).")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold (1.0 = off).")
-    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Nucleus sampling threshold (1.0 = off). Local engine only: vLLM's logprobs after "
+        "top-p are renormalised, which the trainer cannot reproduce, so inference.engine=vllm refuses < 1.",
+    )
+    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off; refused with inference.engine=vllm).")
     max_tokens: int = Field(32, gt=0, description="Most tokens per model response.")
     max_concurrency: int = Field(256, gt=0, description="Episodes in flight at once.")
     timeout_s: float | None = Field(None, gt=0, description="Wall-clock limit per episode; null = none.")
@@ -265,8 +271,8 @@ class AlgorithmConfig(_Section):
     std: StdKind = Field(
         "sample",
         description="The std grpo (per group, with norm_std) and reinforce_pp (per batch) divide by: 'sample' "
-        "(Bessel-corrected, n - 1: TRL's and verl's convention) or 'population' (n; advantages sqrt((n-1)/n) "
-        "smaller, 7% at a group of 8).",
+        "(Bessel-corrected, n - 1: TRL's and verl's convention) or 'population' (n; advantages sqrt(n/(n-1)) "
+        "times larger, 7% at a group of 8).",
     )
     credit: Credit = Field(
         "trajectory",
