@@ -96,3 +96,55 @@ def test_gateway_report_has_one_table_per_concurrency_with_its_own_numbers() -> 
     cells = [c.strip() for c in row64.split("|")[1:-1]]
     assert cells[2:6] == ["1700", "35.00", "80.00", "34.30"], cells
     assert "targets at 64 session(s):" in tables["64"] and "targets at 1 session(s)" not in tables["64"]
+
+
+def _grpo_result(generated_tokens: float, step_s: float) -> dict[str, object]:
+    """A worker's result as bench_grpo_vs_trl.py's report reads it, one timed step."""
+    phase = {
+        "generate_s": step_s / 2,
+        "train_s": step_s / 2,
+        "other_s": 0.0,
+        "sync_s": 0.0,
+        "decode_steps": 32,
+        "decode_batches": 1,
+        "generated_tokens": generated_tokens,
+    }
+    return {
+        "step_s": [step_s],
+        "warmup_s": [step_s],
+        "peak_rss_mb": 1.0,
+        "rss_peak_steps_mb": 1.0,
+        "rss_loaded_mb": 1.0,
+        "completion_len_mean": [generated_tokens / 8],
+        "threads": 2,
+        "phases": [phase],
+        "precision_seen": [],
+        "attention": "eager",
+        "trainable_params": 1,
+        "trl_version": "0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("trl_tokens", "expected"),
+    [
+        (256, "**Like for like (fp32 on both sides, equal generated tokens): rllm 6.00 s vs TRL 10.00 s"),
+        (216, "fp32 on both sides, NOT like for like: rllm generated 256 tokens per step, TRL 216"),
+    ],
+)
+def test_grpo_ratio_is_like_for_like_only_on_equal_generated_tokens(
+    trl_tokens: int, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    import _grpo_report
+
+    args = argparse.Namespace(
+        model="m", prompts=2, generations=4, max_tokens=32, full_length=True, full_finetune=False,
+        lora_rank=32, lora_alpha=64, micro_batch=16, steps=1, warmup=1,
+    )  # fmt: skip
+    results = {("rllm", "fp32"): _grpo_result(256, 6.0), ("trl", "fp32"): _grpo_result(trl_tokens, 10.0)}
+    _grpo_report.print_report(args, results, ["fp32"])
+    out = capsys.readouterr().out
+    assert expected in out
+    assert ("Like for like" in out) == (trl_tokens == 256)

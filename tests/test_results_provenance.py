@@ -25,17 +25,23 @@ examples/*/README.md:
    - a command in backticks whose first word (after ``VAR=value`` assignments) is ``rllm``,
      ``python``, ``pytest``, ``bash``, ``/usr/bin/time``, a ``.venv*/bin/`` program or a
      ``benchmarks/``, ``examples/`` or ``scripts/`` path.
+5. In docs/results.md every paragraph (outside fenced code blocks) whose first line starts with
+   ``Measured``, beside a table or not, names the CPU it ran on (``Intel ...``, ``AMD ...``,
+   ``Apple M...``, ``Graviton``, ``Ampere``) or says ``CPU not recorded``: "the reference machine"
+   alone does not say which CPU, since its processor model changed between sessions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ci_support import skip_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,6 +61,7 @@ COMMAND_RE = re.compile(
     r"|benchmarks/\S+|examples/\S+|scripts/\S+)(?:\s|$)"
 )
 EXEMPT_MARKER = "<!-- not-a-measurement -->"
+CPU_RE = re.compile(r"\b(?:Intel|AMD|Apple M\d+|Graviton\d*|Ampere)\b|CPU not recorded")
 
 
 @dataclass(frozen=True)
@@ -128,17 +135,39 @@ def _paragraph(lines: list[str], index: int, step: int) -> list[str]:
     return block if step > 0 else block[::-1]
 
 
-def _git_commits_checkable() -> bool:
+def _git(root: Path, *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+@functools.cache
+def _git_history_problem(root: Path = ROOT) -> str | None:
+    """Why the commits a page cites cannot be resolved in ``root`` (None when they can). A shallow clone (CI
+    systems often clone with --depth, and a cited commit is older than that) fetches its missing history
+    first, best effort: that needs the remote."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        shallow = _git(root, "rev-parse", "--is-shallow-repository")
     except FileNotFoundError:
-        return False
-    return out.returncode == 0 and out.stdout.strip() == "false"
+        return "git is not installed: install it and run the tests in a git clone"
+    if shallow.returncode != 0:
+        return f"{root} is not a git checkout ({shallow.stderr.strip()}): run the tests in a git clone"
+    if shallow.stdout.strip() == "false":
+        return None
+    try:
+        error = _git(root, "fetch", "--quiet", "--unshallow", timeout_s=300).stderr.strip()
+    except subprocess.TimeoutExpired:
+        error = "timed out after 300 s"
+    if _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "false":
+        return None
+    return (
+        f"this clone is shallow and `git fetch --unshallow` did not fetch its history ({error}): "
+        "run `git fetch --unshallow` with the remote reachable, or clone without --depth"
+    )
+
+
+def _git_commits_checkable() -> bool:
+    return _git_history_problem() is None
 
 
 def _looks_like_commit(token: str) -> bool:
@@ -214,6 +243,37 @@ def check_markdown(text: str, check_git: bool = False) -> list[str]:
     return problems
 
 
+def measured_paragraphs(text: str) -> list[tuple[int, list[str]]]:
+    """Every paragraph outside fenced code blocks whose first line starts with ``Measured``: its
+    1-based line number and its lines."""
+    lines = text.splitlines()
+    found, fenced, i = [], False, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif (
+            not fenced and line.lstrip(" >*_").startswith("Measured") and (i == 0 or not lines[i - 1].strip())
+        ):
+            end = i
+            while end < len(lines) and lines[end].strip() and not _is_table_line(lines[end]):
+                end += 1
+            found.append((i + 1, lines[i:end]))
+            i = end
+            continue
+        i += 1
+    return found
+
+
+def cpu_problems(text: str) -> list[str]:
+    """Rule 5: one message per ``Measured`` paragraph that names no CPU (and no "CPU not recorded")."""
+    return [
+        f"line {number}: {paragraph[0].strip()[:70]!r} names no CPU (or 'CPU not recorded')"
+        for number, paragraph in measured_paragraphs(text)
+        if not CPU_RE.search(" ".join(paragraph))
+    ]
+
+
 def published_files() -> list[Path]:
     """The markdown files that publish measured numbers."""
     files = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
@@ -232,6 +292,15 @@ def test_every_results_table_says_when_where_and_how_it_was_measured(path: Path)
 def test_the_scan_covers_the_results_pages() -> None:
     names = {str(p.relative_to(ROOT)) for p in published_files()}
     assert {"README.md", "docs/results.md", "benchmarks/README.md"} <= names
+
+
+def test_every_measurement_on_the_results_page_names_its_cpu() -> None:
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert len(measured_paragraphs(text)) >= 10  # the scan finds the page's provenance lines
+    problems = cpu_problems(text)
+    assert not problems, "docs/results.md: a measurement does not say which CPU it ran on:\n" + "\n".join(
+        problems
+    )
 
 
 def test_the_reference_machine_is_defined_once_with_its_spec() -> None:
@@ -322,13 +391,37 @@ def test_the_marker_exempts_a_table_and_only_the_next_one() -> None:
     assert check_markdown(EXEMPT_MARKER + "\n\nA paragraph.\n\n" + TABLE)
 
 
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        ("Measured 2026-11-30 at 4431555 on the reference machine (Intel Xeon): `rllm train`.", True),
+        ("Measured 2026-12-02 at 4431555 on an AMD EPYC (Zen 4): `rllm train`.", True),
+        ("Measured 2026-12-02 at 4431555 on the reference machine (CPU not recorded): `rllm train`.", True),
+        ("Measured 2026-12-02 at 4431555 on the reference\nmachine, CPU not\nrecorded: `rllm train`.", True),
+        ("Measured 2026-11-30 at 4431555 on the reference machine: `rllm train`.", False),
+        ("> Measured 2026-11-30 at 4431555 on 2 CPU cores: `rllm train`.", False),
+    ],
+)
+def test_a_measurement_must_name_its_cpu(line: str, ok: bool) -> None:
+    page = "## Speed\n\n" + TABLE + "\n" + line + "\n"
+    assert check_markdown(page) == []  # rule 5 is separate from the table rule
+    assert (cpu_problems(page) == []) is ok
+
+
+def test_cpu_rule_skips_code_fences() -> None:
+    bare = "Measured 2026-11-30 at 4431555 on the reference machine: `rllm train`.\n"
+    assert cpu_problems("```text\n" + bare + "```\n") == []
+    assert len(cpu_problems("## Speed\n\n" + bare)) == 1
+
+
 def test_tables_in_code_fences_are_ignored() -> None:
     assert check_markdown("```text\n" + TABLE + "```\n") == []
 
 
 def test_cited_commits_must_exist_in_a_full_checkout() -> None:
-    if not _git_commits_checkable():
-        pytest.skip("not a full git checkout: commits cannot be resolved here")
+    problem = _git_history_problem()
+    if problem:
+        skip_or_fail(f"cited commits cannot be checked: {problem}")
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -337,3 +430,20 @@ def test_cited_commits_must_exist_in_a_full_checkout() -> None:
     assert problems and "not a commit" in problems[0]
     problems = check_markdown(TABLE + "\nMeasured 2026-11-30 at 1234567: `rllm train`.\n", check_git=True)
     assert problems and "is a commit of this repository" in problems[0]
+
+
+def test_a_shallow_clone_fetches_its_history_or_says_how(tmp_path: Path) -> None:
+    origin, clone, orphan = tmp_path / "origin", tmp_path / "clone", tmp_path / "orphan"
+    run = functools.partial(subprocess.run, capture_output=True, check=True)
+    run(["git", "init", "-q", str(origin)])
+    commit = ["git", "-C", str(origin), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q"]
+    for n in range(3):
+        run([*commit, "--allow-empty", "-m", f"c{n}"])
+    for path in (clone, orphan):
+        run(["git", "clone", "-q", "--depth", "1", f"file://{origin}", str(path)])
+    run(["git", "-C", str(orphan), "remote", "remove", "origin"])
+    assert _git(clone, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+    assert _git_history_problem(clone) is None
+    assert _git(clone, "rev-parse", "--verify", "--quiet", "HEAD~2^{commit}").returncode == 0
+    problem = _git_history_problem(orphan)
+    assert problem and "run `git fetch --unshallow` with the remote reachable" in problem
