@@ -40,6 +40,10 @@ def _refusal(*overrides: str, capabilities: BackendCapabilities = LocalBackend.c
             "set rollout.group_size >= 2",
         ),
         (["rollout.temperature=0"], "rollout.temperature"),
+        (
+            ["rollout.group_size=1", "algorithm.advantage=reinforce", "algorithm.filters.refill_rounds=2"],
+            "set rollout.group_size >= 2 or algorithm.filters.refill_rounds=0",
+        ),
     ],
 )
 def test_refused_configs_name_the_fix(overrides: list[str], fix: str) -> None:

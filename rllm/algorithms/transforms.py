@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rllm.algorithms.advantages import AdvantageEstimator, get_advantage_estimator
 from rllm.types import Episode, Step, TrainBatch, TrainSequence, Trajectory
@@ -90,6 +90,21 @@ class FilterConfig(BaseModel):
     drop_failed: bool = Field(
         True, description="Skip episodes that errored or timed out (they are still logged)."
     )
+    refill_rounds: int = Field(
+        0,
+        ge=0,
+        description="DAPO dynamic sampling: up to this many extra rounds of fresh tasks per step, until "
+        "rollout.batch_size tasks have signal (rllm.algorithms.refill); 0 = off. Needs drop_zero_variance.",
+    )
+
+    @model_validator(mode="after")
+    def _refill_needs_the_filter(self) -> FilterConfig:
+        if self.refill_rounds and not self.drop_zero_variance:
+            raise ValueError(
+                "algorithm.filters.refill_rounds samples until enough groups pass drop_zero_variance: "
+                "set algorithm.filters.drop_zero_variance=true, or refill_rounds=0"
+            )
+        return self
 
 
 def filter_groups(

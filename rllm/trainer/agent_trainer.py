@@ -18,15 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllm.algorithms.prepare import PreparedBatch, prepare_batch, reward_shapers
-from rllm.engine.workflow_engine import Workflow, WorkflowEngine
+from rllm.algorithms.prepare import PreparedBatch, credit_signal, prepare_batch, reward_shapers
+from rllm.algorithms.refill import fresh_tasks, refill_batch
+from rllm.engine.workflow_engine import Workflow, WorkflowEngine, task_id_of
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.gateway.upstreams import LocalUpstream
 from rllm.inference.base import SamplingParams
 from rllm.models import resolve_model
-from rllm.rewards.shaping import Shaper
+from rllm.rewards.shaping import Shaper, apply_shaping
 from rllm.sdk.decorators import Rollout
 from rllm.sdk.workflow import GatewayWorkflow
 from rllm.store import RunWriter, default_store_path
@@ -254,10 +255,16 @@ class AgentTrainer:
             episodes = self._rollout(step, metrics)
             # An engine that missed a weight sync samples an older policy: refuse before learning from it.
             check_staleness(episodes, self.backend.step, self.cfg.rollout.max_staleness)
+            batch_episodes, shapers = episodes, self.shapers
+            if self.cfg.algorithm.filters.refill_rounds:
+                # 1b. Refill (DAPO): more tasks until the batch has enough with signal; shaped here, since
+                #     shaping decides which have signal. `episodes` is then everything sampled.
+                episodes, batch_episodes = self._refill(step, episodes, metrics)
+                shapers = ()
             with timed("train", metrics) as train:
                 # 2. Prepare the batch: shape rewards, group the attempts at each task, drop what carries no
                 #    signal, compute advantages, lay the steps out as token rows (the algorithm config's part).
-                prepared = prepare_batch(episodes, self.cfg.algorithm, shapers=self.shapers)
+                prepared = prepare_batch(batch_episodes, self.cfg.algorithm, shapers=shapers)
                 metrics.update(prepared.metrics)
                 # 3. Update: one optimizer step. With no signal at all nothing is learned, but the step
                 #    still advances (data position, LR schedule, weight version), as a resumed run expects.
@@ -280,26 +287,62 @@ class AgentTrainer:
     def _rollout(self, step: int, metrics: dict[str, float]) -> list[Episode]:
         """Run the step's episodes; add the rollout's time and speed (and a server pool's health) to
         ``metrics``."""
-        cfg = self.cfg
-        # The step's own seed: a resumed run samples exactly what an uninterrupted one would have.
-        sampling = self.train_sampling.model_copy(
-            update={"seed": cfg.trainer.seed * 7_919 + step * 1_000_003}
-        )
         generated_before = self.engine.stats["generated_tokens"]
         with timed("rollout", metrics) as rollout:
-            episodes = asyncio.run(
-                self.rollouts.run_tasks(
-                    self._tasks_for_step(step),
-                    group_size=cfg.rollout.group_size,
-                    sampling=sampling,
-                    description=f"step {step}",
-                )
-            )
+            episodes = self._sample(self._tasks_for_step(step), step, f"step {step}")
         generated = self.engine.stats["generated_tokens"] - generated_before
         metrics["perf/rollout_tokens_per_s"] = generated / max(rollout.seconds, 1e-9)
         if hasattr(self.engine, "metrics"):  # a server pool: servers healthy, calls re-routed after a failure
             metrics.update(self.engine.metrics())
         return episodes
+
+    def _sample(
+        self, tasks: list[dict[str, Any]], step: int, description: str, round: int = 0
+    ) -> list[Episode]:
+        """``group_size`` scored episodes of each task, under the step's own seed (refill round ``round``'s
+        for a refill): a resumed run samples exactly what an uninterrupted one would have."""
+        cfg = self.cfg
+        seed = cfg.trainer.seed * 7_919 + step * 1_000_003 + round * 100_003
+        return asyncio.run(
+            self.rollouts.run_tasks(
+                tasks,
+                group_size=cfg.rollout.group_size,
+                sampling=self.train_sampling.model_copy(update={"seed": seed}),
+                description=description,
+            )
+        )
+
+    def _refill(
+        self, step: int, episodes: list[Episode], metrics: dict[str, float]
+    ) -> tuple[list[Episode], list[Episode]]:
+        """DAPO's dynamic sampling (``rllm.algorithms.refill``): shape the step's episodes, then sample refill
+        rounds of tasks the step has not sampled until ``rollout.batch_size`` tasks have signal, at most
+        ``algorithm.filters.refill_rounds`` rounds. Returns (every episode sampled, the batch's episodes)."""
+        cfg = self.cfg
+        apply_shaping(episodes, self.shapers)
+        used = {e.task_id for e in episodes}
+
+        def sample_round(round: int) -> list[Episode]:
+            # Deterministic in (seed, step, round), apart from the step's own data order.
+            key = f"refill-{cfg.trainer.seed}-{step}-{round}"
+            tasks = fresh_tasks(
+                self.train_tasks, cfg.rollout.batch_size, key=key, used=used, task_id=task_id_of
+            )
+            new = self._sample(tasks, step, f"step {step} refill {round}", round) if tasks else []
+            apply_shaping(new, self.shapers)
+            return new
+
+        with timed("refill", metrics):
+            result = refill_batch(
+                episodes,
+                target=cfg.rollout.batch_size,
+                max_rounds=cfg.algorithm.filters.refill_rounds,
+                sample_round=sample_round,
+                filters=cfg.algorithm.filters,
+                signal=credit_signal(cfg.algorithm.credit, cfg.algorithm.gamma),
+            )
+        metrics.update(result.metrics)
+        return result.sampled, result.batch
 
     def _update(self, prepared: PreparedBatch) -> dict[str, float]:
         """Forward/backward over the prepared batch, then one optimizer step; returns the train/* metrics."""

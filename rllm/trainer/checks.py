@@ -105,6 +105,11 @@ def _check_estimators(cfg: TrainConfig) -> None:
         raise UnsupportedConfigError(
             f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
         )
+    if cfg.rollout.group_size < 2 and cfg.algorithm.filters.refill_rounds:
+        raise UnsupportedConfigError(
+            "algorithm.filters.refill_rounds looks for groups with signal, and a group of one never has any: "
+            "set rollout.group_size >= 2 or algorithm.filters.refill_rounds=0"
+        )
     divides_by_std = any(
         takes_std(name) and (name != "grpo" or cfg.algorithm.norm_std) for name in estimators
     )
