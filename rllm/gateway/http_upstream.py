@@ -43,7 +43,7 @@ from typing import Any, Literal
 import aiohttp
 
 from rllm.gateway.upstreams import UpstreamChoice, UpstreamError, UpstreamRequest, UpstreamResult
-from rllm.gateway.vllm_forcing import forced_tool_choice_mask
+from rllm.gateway.vllm_forcing import forced_reply_mask
 
 logger = logging.getLogger(__name__)
 
@@ -405,8 +405,8 @@ class HTTPUpstream:
                     completion_ids=ids or [],
                     logprobs=lps or [],
                     completion_mask=(
-                        forced_tool_choice_mask(strings, request.tools, request.tool_choice)
-                        if forced and strings and len(strings) == len(ids or [])
+                        forced_reply_mask(strings, len(ids), request.tools, request.tool_choice)
+                        if forced and ids
                         else None
                     ),
                     token_strings=strings if request.logprobs else None,

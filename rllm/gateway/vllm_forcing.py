@@ -38,6 +38,23 @@ _START, _END = "<tool_call>", "</tool_call>"
 _JSON = json.JSONDecoder()
 
 
+def forced_reply_mask(
+    token_strings: list[str] | None, n_tokens: int, tools: list[dict[str, Any]], tool_choice: Any
+) -> list[int]:
+    """``completion_mask`` of a vLLM reply of ``n_tokens`` tokens to a forced ``tool_choice``; without one
+    token string per token there is no telling which tokens were forced, so none is trained on (every
+    token 0), and a warning says so."""
+    if token_strings is None or len(token_strings) != n_tokens:
+        logger.warning(
+            "a vLLM reply to a forced tool_choice has %s token strings for %d tokens: every token is recorded "
+            "as not sampled (mask 0)",
+            "no" if token_strings is None else len(token_strings),
+            n_tokens,
+        )
+        return [0] * n_tokens
+    return forced_tool_choice_mask(token_strings, tools, tool_choice)
+
+
 def forced_tool_choice_mask(
     token_strings: list[str], tools: list[dict[str, Any]], tool_choice: Any
 ) -> list[int]:

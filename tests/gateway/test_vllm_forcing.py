@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from rllm.gateway.vllm_forcing import forced_tool_choice_mask
+from rllm.gateway.vllm_forcing import forced_reply_mask, forced_tool_choice_mask
 
 TOOLS = [
     {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}},
@@ -98,3 +98,11 @@ def test_the_name_must_be_the_named_one() -> None:
         ['<tool_call>{"name": "add_many", "arguments": {}}</tool_call>'], TOOLS, NAMED
     )
     assert mask == [0]  # unrecognised: masked whole, never trained on
+
+
+def test_without_a_string_per_token_nothing_is_trained(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="rllm.gateway.vllm_forcing"):
+        assert forced_reply_mask(None, 3, TOOLS, NAMED) == [0, 0, 0]
+        assert forced_reply_mask(["<tool_call>"], 2, TOOLS, NAMED) == [0, 0]
+    assert caplog.text.count("every token is recorded as not sampled") == 2
+    assert forced_reply_mask(['<tool_call>{"name": "add", "arguments": ', "{}"], 2, TOOLS, NAMED) == [0, 1]
