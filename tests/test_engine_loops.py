@@ -26,7 +26,7 @@ def test_engine_serves_loops_in_two_threads(tiny_model_dir: Path) -> None:
 
     t = threading.Thread(target=other_thread)
     t.start()
-    for _ in range(3):  # short-lived loops in the main thread, as the trainer's per-step asyncio.run
+    for _ in range(3):  # short-lived loops in the main thread, as `rllm eval` or a caller's asyncio.run make
         results.setdefault("b", []).append(asyncio.run(asyncio.wait_for(engine.generate([7, 8], params), 30)))
     t.join(timeout=60)
     assert not t.is_alive()

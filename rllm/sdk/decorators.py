@@ -82,7 +82,8 @@ class _SharedAsyncClient(httpx.AsyncClient):
 
 _LIMITS = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
 _SHARED_HTTP: _SharedClient | None = None
-# One pool per event loop (the trainer runs each step under its own loop); dropped with the loop.
+# One pool per event loop (the trainer runs on one loop per run; `rllm eval` and other callers may use
+# several); dropped with the loop.
 _SHARED_ASYNC_HTTP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SharedAsyncClient] = (
     weakref.WeakKeyDictionary()
 )

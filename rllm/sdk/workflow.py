@@ -72,8 +72,8 @@ class GatewayWorkflow:
         return route(self.gateway_urls, session_id)
 
     def _client(self, url: str) -> httpx.AsyncClient:
-        # An httpx client is bound to the event loop it first ran on, and the trainer runs each step under
-        # its own asyncio.run: keep one client per gateway URL per loop.
+        # An httpx client is bound to the event loop it first ran on. The trainer runs on one loop for the
+        # whole run, but `rllm eval` and callers of their own may use several: one client per URL per loop.
         loop = asyncio.get_running_loop()
         if self._http_loop is not loop:
             self._http, self._http_loop = {}, loop

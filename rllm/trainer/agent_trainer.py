@@ -8,7 +8,6 @@ evaluates and checkpoints. Backends hide *how* a step runs, never *what* the loo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from dataclasses import asdict, dataclass, field
@@ -42,6 +41,7 @@ from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, 
 from rllm.trainer.workflows import build_workflow
 from rllm.types import Episode
 from rllm.utils.config import dump_config
+from rllm.utils.event_loop import RunLoop
 from rllm.utils.metrics import MetricsLogger, build_sinks
 from rllm.utils.timing import timed
 
@@ -110,6 +110,9 @@ class AgentTrainer:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
         self.run_dir = Path(config.trainer.run_dir) / config.trainer.name
         self.run_store: RunWriter | None = None  # opened by train()
+        # The run's one event loop (made on first use, closed with the run): every rollout and eval phase
+        # runs on it, so agent code that caches an async client across episodes and steps keeps working.
+        self._loop = RunLoop()
         self._order: list[int] = []
         self._order_epoch = -1
         # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
@@ -193,7 +196,8 @@ class AgentTrainer:
             self.gateway = None
 
     def _close(self) -> None:
-        """Stop what the run started: the embedded gateway, the engine's servers, the backend's workers."""
+        """Stop what the run started: the embedded gateway, the engine's servers, the backend's workers,
+        the run's event loop."""
         self._stop_gateway()
         for part in ("engine", "backend"):
             close = getattr(getattr(self, part, None), "close", None)
@@ -202,6 +206,7 @@ class AgentTrainer:
                     close()
                 except Exception:  # closing must not hide the error that ended the run
                     logger.exception("closing the %s failed", part)
+        self._loop.close()
 
     def _sync_weights(self, when: str) -> None:
         """Push the backend's weights into the engine; a failure aborts the run (the next rollouts would
@@ -235,7 +240,7 @@ class AgentTrainer:
     def evaluate(self, step: int) -> dict[str, float]:
         """Greedy accuracy (and reward, lengths, flow metrics) on the held-out tasks at ``step``."""
         with timed("eval") as span:
-            episodes = asyncio.run(
+            episodes = self._loop.run(
                 self.rollouts.run_tasks(
                     self.test_tasks, sampling=self.eval_sampling, description=f"eval@{step}"
                 )
@@ -303,7 +308,7 @@ class AgentTrainer:
         for a refill): a resumed run samples exactly what an uninterrupted one would have."""
         cfg = self.cfg
         seed = cfg.trainer.seed * 7_919 + step * 1_000_003 + round * 100_003
-        return asyncio.run(
+        return self._loop.run(
             self.rollouts.run_tasks(
                 tasks,
                 group_size=cfg.rollout.group_size,

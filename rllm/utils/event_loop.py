@@ -1,0 +1,44 @@
+"""One event loop for many synchronous calls: what a run's phases share instead of an ``asyncio.run`` each.
+
+``asyncio.run`` makes a new loop per call and closes it after, so an async client made in one call (an
+``httpx.AsyncClient``, an ``openai.AsyncOpenAI``, LangChain's per-URL cache) is bound to a closed loop in
+the next. ``RunLoop.run`` runs every coroutine on the same loop until ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class RunLoop:
+    """An event loop made on first use, reused by every ``run`` until ``close`` (then a new one)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` to completion on the loop (blocking; not from inside a running loop)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        """Cancel the tasks left on the loop, finish its async generators and default executor, and close
+        it, as ``asyncio.run`` does at its end. Safe to call twice."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
