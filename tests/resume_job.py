@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from run_support import tiny_run_config
+
 from rllm.engine.context import RolloutContext
 from rllm.trainer import agent_trainer
 from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
 from rllm.trainer.checkpoint import save_checkpoint
-from rllm.trainer.config import TrainConfig
-from rllm.utils.config import load_config
 
 TASKS = [{"task_id": f"t{i}", "question": f"Say something about the number {i}."} for i in range(6)]
 DIE_IN_CHECKPOINT = "RESUME_JOB_DIE_IN_CHECKPOINT"
@@ -60,35 +60,21 @@ def _die_in_checkpoint(die_at_step: int) -> None:
 
 
 def run(model_dir: str, run_dir: str, *overrides: str) -> TrainResult:
-    cfg = load_config(
-        TrainConfig,
-        None,
-        [
-            f"model.path={model_dir}",
-            f"trainer.run_dir={run_dir}",
-            "trainer.name=job",
-            f"trainer.store={Path(run_dir) / 'rllm.db'}",
-            "trainer.steps=4",
-            "trainer.checkpoint_every=2",
-            "trainer.threads=1",
-            "trainer.loggers=[jsonl]",
-            "trainer.plot=false",
-            "eval.before=false",
-            "eval.after=false",
-            "backend.device=cpu",
-            "lora.rank=4",
-            "lora.alpha=8",
-            "optim.lr=0.01",
-            "optim.schedule=cosine",
-            "rollout.batch_size=2",
-            "rollout.group_size=4",
-            "rollout.max_tokens=4",
-            # One row per decode batch: the local engine batches the rows that arrive within a few ms, so
-            # under load the same rollout can be split into other batch shapes, whose logprobs (the loss's
-            # old logprobs) differ in the last bits; the exact-weights checks need the same numbers each run.
-            "inference.max_batch_rows=1",
-            *overrides,
-        ],
+    cfg = tiny_run_config(
+        model_dir,
+        run_dir,
+        "job",
+        f"trainer.store={Path(run_dir) / 'rllm.db'}",
+        "trainer.steps=4",
+        "trainer.checkpoint_every=2",
+        "optim.lr=0.01",
+        "optim.schedule=cosine",
+        "rollout.max_tokens=4",
+        # One row per decode batch: the local engine batches the rows that arrive within a few ms, so
+        # under load the same rollout can be split into other batch shapes, whose logprobs (the loss's
+        # old logprobs) differ in the last bits; the exact-weights checks need the same numbers each run.
+        "inference.max_batch_rows=1",
+        *overrides,
     )
     trainer = AgentTrainer(cfg, workflow=parity_workflow, train_tasks=TASKS, test_tasks=TASKS[:1])
     return trainer.train()

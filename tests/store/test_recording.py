@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run_support import tiny_run_config
 
 from rllm.algorithms.transforms import (
     FilterConfig,
@@ -23,7 +24,6 @@ from rllm.store.records import episode_record
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.types import Episode, Step, Trajectory
-from rllm.utils.config import load_config
 
 TASKS = [{"task_id": f"t{i}", "question": f"Tell me about {i}."} for i in range(2)]
 
@@ -34,28 +34,7 @@ async def echo_workflow(task: dict[str, Any], ctx: RolloutContext) -> float:
 
 
 def _config(model: Path, runs: Path, *overrides: str) -> TrainConfig:
-    return load_config(
-        TrainConfig,
-        None,
-        [
-            f"model.path={model}",
-            f"trainer.run_dir={runs}",
-            "trainer.name=rec",
-            "trainer.steps=1",
-            "trainer.threads=1",
-            "trainer.loggers=[jsonl]",
-            "trainer.plot=false",
-            "eval.before=false",
-            "eval.after=false",
-            "backend.device=cpu",
-            "lora.rank=4",
-            "lora.alpha=8",
-            "rollout.batch_size=2",
-            "rollout.group_size=4",
-            "rollout.max_tokens=3",
-            *overrides,
-        ],
-    )
+    return tiny_run_config(model, runs, "rec", "trainer.steps=1", "rollout.max_tokens=3", *overrides)
 
 
 def test_training_records_into_the_run_directory_store_by_default(

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from run_support import tiny_run_config
+
 from rllm.engine.context import RolloutContext
 from rllm.trainer.agent_trainer import AgentTrainer
-from rllm.trainer.config import TrainConfig
-from rllm.utils.config import load_config
 
 # 12 tasks every attempt wins (no signal) and 4 scored by the parity of the first token (signal in most
 # groups of 4): a step's own 2 tasks are mostly flat, so refill has work to do.
@@ -25,28 +25,14 @@ async def flat_or_parity(task: dict[str, Any], ctx: RolloutContext) -> float:
 
 
 def _run(model_dir: Path, run_dir: Path, *overrides: str) -> list[dict[str, float]]:
-    cfg = load_config(
-        TrainConfig,
-        None,
-        [
-            f"model.path={model_dir}",
-            f"trainer.run_dir={run_dir}",
-            "trainer.name=job",
-            "trainer.steps=3",
-            "trainer.threads=1",
-            "trainer.loggers=[jsonl]",
-            "trainer.plot=false",
-            "eval.before=false",
-            "eval.after=false",
-            "backend.device=cpu",
-            "lora.rank=4",
-            "lora.alpha=8",
-            "rollout.batch_size=2",
-            "rollout.group_size=4",
-            "rollout.max_tokens=2",
-            "inference.max_batch_rows=1",  # the same decode batches each run (see tests/resume_job.py)
-            *overrides,
-        ],
+    cfg = tiny_run_config(
+        model_dir,
+        run_dir,
+        "job",
+        "trainer.steps=3",
+        "rollout.max_tokens=2",
+        "inference.max_batch_rows=1",  # the same decode batches each run (see tests/resume_job.py)
+        *overrides,
     )
     AgentTrainer(cfg, workflow=flat_or_parity, train_tasks=TASKS, test_tasks=TASKS[:1]).train()
     return [json.loads(line) for line in (run_dir / "job" / "metrics.jsonl").read_text().splitlines()]
