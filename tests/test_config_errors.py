@@ -149,7 +149,10 @@ def test_loss_norm_sampled_counts_skipped_zero_variance_rows(tiny_model_dir) -> 
             return _original(batch, loss, **kw)
 
         trainer.backend.forward_backward = spy
-        metrics = trainer.train_step(0)
+        try:
+            metrics = trainer.train_step(0)
+        finally:
+            trainer._close()  # the engine's thread and the run's loop, as train() closes them
         seen[norm] = (captured.get("batch"), metrics)
     kept_batch, _ = seen["kept"]
     sampled_batch, sampled_metrics = seen["sampled"]

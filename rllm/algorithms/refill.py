@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ class RefillResult:
 
     batch: list[Episode]
     sampled: list[Episode]
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float]
 
 
 def signal_task_ids(
@@ -80,9 +80,10 @@ def refill_batch(
         tasks_sampled += len({e.task_id for e in new})
         with_signal = signal_task_ids(new, filters, signal)
         found += len(with_signal)
-        taken = set(with_signal[: target - len(have)])
-        have += [t for t in with_signal if t in taken]
-        batch += [e for e in new if e.task_id in taken]
+        taken = with_signal[: target - len(have)]
+        have += taken
+        keep = set(taken)
+        batch += [e for e in new if e.task_id in keep]
     metrics = {
         "refill/rounds": float(rounds),
         "refill/tasks_sampled": float(tasks_sampled),

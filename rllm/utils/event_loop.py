@@ -8,6 +8,7 @@ the next. ``RunLoop.run`` runs every coroutine on the same loop until ``close``.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -15,30 +16,40 @@ T = TypeVar("T")
 
 
 class RunLoop:
-    """An event loop made on first use, reused by every ``run`` until ``close`` (then a new one)."""
+    """An event loop made on first use, reused by every ``run`` until ``close`` (then a new one). A loop
+    its owner never closes is closed when the ``RunLoop`` is collected or the interpreter exits, as
+    ``asyncio.run`` would have closed it: a loop left open keeps its executor's threads alive into the
+    interpreter's shutdown."""
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._finalizer: weakref.finalize | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` to completion on the loop (blocking; not from inside a running loop)."""
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
+            self._finalizer = weakref.finalize(self, _close_loop, self._loop)
         return self._loop.run_until_complete(coro)
 
     def close(self) -> None:
         """Cancel the tasks left on the loop, finish its async generators and default executor, and close
         it, as ``asyncio.run`` does at its end. Safe to call twice."""
-        loop, self._loop = self._loop, None
-        if loop is None:
-            return
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
+        finalizer, self._loop, self._finalizer = self._finalizer, None, None
+        if finalizer is not None:
+            finalizer()
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    if loop.is_closed():
+        return
+    try:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()

@@ -64,3 +64,13 @@ def test_close_cancels_what_is_left_and_finishes_async_generators() -> None:
     loop.close()
     assert sorted(events) == ["agen closed", "cancelled"]
     del gen
+
+
+def test_a_loop_nobody_closes_is_closed_when_its_owner_goes() -> None:
+    import gc
+
+    loop = RunLoop()
+    inner = loop.run(_running_loop())
+    del loop
+    gc.collect()
+    assert inner.is_closed()  # as asyncio.run would have closed it
