@@ -253,7 +253,9 @@ def test_killing_a_server_mid_step_loses_and_duplicates_nothing(
     assert all(len(t) == 1 for t in per_session)  # none lost, none recorded twice
     survivor = workers[0].base_url
     m = pool.metrics()
-    assert m["pool/calls_rerouted"] - rerouted0 == killed["inflight"] >= 1
+    # Every call in flight on the dead server is re-routed; a call dispatched to it in the moment between
+    # the kill and the first failure it caused is re-routed too (CI saw 11 in flight and 12 re-routed).
+    assert n >= m["pool/calls_rerouted"] - rerouted0 >= killed["inflight"] >= 1
     assert m["pool/servers_healthy"] == 1
     moved = [t[0] for t in per_session if t[0].upstream == survivor]
     assert len(moved) >= n // 2 + killed["inflight"] - 1
