@@ -94,5 +94,8 @@ class RolloutContext:
             finish_reason=completion.finish_reason,
             weight_version=completion.weight_version,
         )
+        if completion.pauses:  # a partial rollout: a weight sync landed mid-decode
+            step.info["last_weight_version"] = completion.last_weight_version
+            step.info["pauses"] = completion.pauses
         self.trajectory(trajectory, key).steps.append(step)
         return step

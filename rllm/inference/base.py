@@ -52,7 +52,9 @@ class Completion(BaseModel):
     logprobs: list[float]
     text: str
     finish_reason: str  # "stop" (eos or stop string) | "length" (hit max_tokens)
-    weight_version: int = 0
+    weight_version: int = 0  # the weights that sampled its first token
+    last_weight_version: int | None = None  # ... and its last (differs when a weight sync paused it)
+    pauses: int = 0  # times a weight sync paused it mid-decode (a partial rollout)
 
 
 @runtime_checkable

@@ -6,6 +6,13 @@ decode thread runs them together: every pending row joins the next batch, the ba
 cache so the batch shrinks instead of computing padding. Requests that arrive while a batch runs join the
 next one.
 
+Decoding is interruptible: :meth:`LocalEngine.load_weights` asks the running batch to pause, the decode
+thread puts its unfinished rows back at the head of the queue (their tokens so far kept), the weights are
+swapped, and the rows resume from their prefix (prompt plus the tokens sampled so far, prefilled again)
+under the new weights: a partial rollout. Each token's logprob is the one its own weights gave it, and a
+completion records the version of its first token (``weight_version``, the oldest: what staleness is
+measured from) and of its last (``last_weight_version``).
+
 The engine owns its own copy of the weights (bf16 where the hardware supports it). After each optimizer
 step the trainer calls :meth:`LocalEngine.load_weights`, which bumps ``weight_version``; every
 completion records the version that produced it.
@@ -87,7 +94,9 @@ class _Row:
     out_logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     text: str | None = None  # set early only when a stop string cut it
-    weight_version: int = 0  # the version that sampled this row (a sync may land before the caller wakes)
+    weight_version: int = -1  # the version of its first token (a sync may land before the caller wakes)
+    last_weight_version: int = -1  # the version of its latest token (differs once a sync paused the row)
+    pauses: int = 0  # times a weight sync paused this row mid-decode
     constraint: TokenConstraint | None = None  # set to None once it frees the row
 
 
@@ -119,6 +128,7 @@ class LocalEngine:
         self._cond = threading.Condition()  # guards _pending and _thread
         self._thread: threading.Thread | None = None
         self._weights_lock = threading.Lock()
+        self._swap = threading.Event()  # set while load_weights waits: the running batch pauses
         self.stats = {"batches": 0, "rows": 0, "generated_tokens": 0, "decode_s": 0.0}
 
     @classmethod
@@ -169,6 +179,8 @@ class LocalEngine:
                 text=r.text or "",
                 finish_reason=r.finish_reason or "length",
                 weight_version=r.weight_version,
+                last_weight_version=r.last_weight_version,
+                pauses=r.pauses,
             )
             for r in rows
         ]
@@ -179,16 +191,22 @@ class LocalEngine:
     def load_weights(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None
     ) -> None:
-        """Copy new weights in (names as in ``model.state_dict()``); waits for a running batch to end."""
+        """Copy new weights in (names as in ``model.state_dict()``). A running batch pauses at its next token
+        (its unfinished rows resume under the new weights), so this waits at most one decode step."""
         params = dict(self.model.named_parameters())
         buffers = dict(self.model.named_buffers())
-        with self._weights_lock, torch.no_grad():
-            for name, tensor in named_tensors:
-                target = params.get(name, buffers.get(name))
-                if target is None:
-                    raise KeyError(f"engine model has no parameter {name!r}")
-                target.copy_(tensor.to(dtype=target.dtype, device=target.device))
-            self.weight_version = self.weight_version + 1 if version is None else version
+        self._swap.set()
+        try:
+            with self._weights_lock, torch.no_grad():
+                for name, tensor in named_tensors:
+                    target = params.get(name, buffers.get(name))
+                    if target is None:
+                        raise KeyError(f"engine model has no parameter {name!r}")
+                    target.copy_(tensor.to(dtype=target.dtype, device=target.device))
+                self.weight_version = self.weight_version + 1 if version is None else version
+        finally:
+            self._swap.clear()
+        self._ensure_worker()  # rows a pause put back wait for the decode thread
 
     # ------------------------------------------------------------------ worker
     def _ensure_worker(self) -> None:
@@ -219,6 +237,8 @@ class LocalEngine:
                 time.sleep(window)
                 if len(self._pending) == seen:
                     break
+            while self._swap.is_set():  # a weight swap is waiting for the lock: let it have it first
+                time.sleep(0.001)
             batch = self._take_batch()
             if not batch:
                 continue
@@ -229,8 +249,13 @@ class LocalEngine:
                 for r in batch:
                     _resolve(r, exc)
                 continue
+            paused = [r for r in batch if r.finish_reason is None]
+            if paused:  # a weight sync paused them: first in line for the next batch, under the new weights
+                with self._cond:
+                    self._pending[:0] = paused
             for r in batch:
-                _resolve(r, None)
+                if r.finish_reason is not None:
+                    _resolve(r, None)
 
     def _take_batch(self) -> list[_Row]:
         with self._cond:
@@ -244,7 +269,9 @@ class LocalEngine:
     def _run_batch(self, rows: list[_Row]) -> None:
         with self._weights_lock:
             for r in rows:
-                r.weight_version = self.weight_version
+                if r.weight_version < 0:
+                    r.weight_version = self.weight_version
+                r.last_weight_version = self.weight_version
             t0 = time.perf_counter()
             self._decode(rows)
             self.stats["decode_s"] += time.perf_counter() - t0
@@ -252,8 +279,11 @@ class LocalEngine:
             self.stats["rows"] += len(rows)
 
     def _decode(self, rows: list[_Row]) -> None:
+        """Decode ``rows`` until each finishes, or until a weight swap asks the batch to pause (the rows left
+        unfinished keep their tokens and have ``finish_reason`` None). A row that resumes after a pause is
+        prefilled with its prompt and the tokens it already has."""
         dev = self.device
-        input_ids, attn, position_ids = left_pad([r.prompt_ids for r in rows], self.pad_id, dev)
+        input_ids, attn, position_ids = left_pad([r.prompt_ids + r.out_ids for r in rows], self.pad_id, dev)
         temperature = torch.tensor([r.params.temperature for r in rows], device=dev)
         top_k = torch.tensor([r.params.top_k for r in rows], device=dev)
         top_p = torch.tensor([r.params.top_p for r in rows], device=dev)
@@ -294,6 +324,10 @@ class LocalEngine:
             self.stats["generated_tokens"] += len(active)
             if not keep:
                 break
+            if self._swap.is_set():  # checked after a token, so every batch makes progress
+                for pos in keep:
+                    rows[active[pos]].pauses += 1
+                break
             if len(keep) < len(active):
                 idx = torch.tensor(keep, device=dev)
                 cache.batch_select_indices(idx)
@@ -311,7 +345,7 @@ class LocalEngine:
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
         for r in rows:
-            if r.text is None:
+            if r.text is None and r.finish_reason is not None:
                 r.text = self.tokenizer.decode(r.out_ids, skip_special_tokens=True)
 
     def _allowed(self, rows: list[_Row], vocab: int) -> torch.Tensor | None:

@@ -4,10 +4,15 @@ Per step, top to bottom (``train_step``): rollout (run episodes of the step's ta
 prepare the batch (shape rewards, group, filter, advantages, token rows: ``rllm.algorithms.prepare``),
 update (forward/backward, optimizer step), sync the weights to the inference engine, log; then ``_train``
 evaluates and checkpoints. Backends hide *how* a step runs, never *what* the loop does.
+
+With ``rollout.max_staleness > 0`` the same steps run in a training thread while a rollout producer
+(``rllm.trainer.async_rollout``) samples the next steps' episodes on the run's event loop: async is a
+schedule around the same step, not another trainer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from dataclasses import asdict, dataclass, field
@@ -30,6 +35,7 @@ from rllm.rewards.shaping import Shaper, apply_shaping
 from rllm.sdk.decorators import Rollout
 from rllm.sdk.workflow import GatewayWorkflow
 from rllm.store import RunWriter, default_store_path
+from rllm.trainer.async_rollout import Job, RolloutProducer, StaleSamplesError, staleness_metrics
 from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
@@ -113,6 +119,7 @@ class AgentTrainer:
         # The run's one event loop (made on first use, closed with the run): every rollout and eval phase
         # runs on it, so agent code that caches an async client across episodes and steps keeps working.
         self._loop = RunLoop()
+        self._producer: RolloutProducer | None = None  # async mode's sampler, while the steps run
         self._order: list[int] = []
         self._order_epoch = -1
         # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
@@ -130,6 +137,9 @@ class AgentTrainer:
         # same for every pair. Closed in train()'s finally, so a failed start leaves nothing running.
         self.engine = build_engine(cfg, self.model_path, run_dir=self.run_dir)
         self.backend = build_backend(cfg, self.model_path, pad_id=self.engine.pad_id)
+        if cfg.rollout.max_staleness and hasattr(self.engine, "keep_adapters"):
+            # A vLLM pool keeps the adapters of the versions that calls in flight may still be sampling from.
+            self.engine.keep_adapters = cfg.rollout.max_staleness + 1
         if self.backend.lora and getattr(self.engine, "sync_from", None) is not None:
             # Servers in other processes start from the base weights; a LoRA run's requests name its adapter, so
             # the version-0 adapter is loaded now: a server that cannot take it fails here, before any rollout.
@@ -282,16 +292,36 @@ class AgentTrainer:
                     metrics["perf/train_tokens_per_s"] = prepared.batch.num_tokens / max(train.seconds, 1e-9)
             # 4. Sync: the next rollout samples from the weights just trained.
             with timed("sync", metrics):
-                self._sync_weights(f"step {step + 1}")
+                self._sync_step(step)
             # 5. Log: the episodes' rewards, lengths and outcomes (after shaping, which adds shaping/*).
             metrics.update(episode_metrics(episodes))
             if self.run_store is not None:  # written with this step's metrics, in one transaction
                 self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
         return metrics
 
+    def _sync_step(self, step: int) -> None:
+        """Sync after ``step``'s update; in async mode also tell the producer (which, without partial
+        rollouts, first lets the episodes in flight finish)."""
+        producer = self._producer
+        if producer is not None:
+            self._loop.run(producer.before_sync())
+        self._sync_weights(f"step {step + 1}")
+        if producer is not None:  # admit the steps the new version allows
+            version = self.backend.step
+            self._loop.call_soon(lambda: producer.synced(version))
+
     def _rollout(self, step: int, metrics: dict[str, float]) -> list[Episode]:
         """Run the step's episodes; add the rollout's time and speed (and a server pool's health) to
         ``metrics``."""
+        if self._producer is not None:  # async: sampled ahead; the wait is the trainer's idle time
+            with timed("rollout", metrics) as wait:
+                episodes = self._loop.run(self._producer.episodes(step))
+            metrics["time/trainer_idle_s"] = wait.seconds
+            metrics.update(self._producer.take_metrics())
+            metrics.update(staleness_metrics(episodes, self.backend.step))
+            if hasattr(self.engine, "metrics"):
+                metrics.update(self.engine.metrics())
+            return episodes
         generated_before = self.engine.stats["generated_tokens"]
         with timed("rollout", metrics) as rollout:
             episodes = self._sample(self._tasks_for_step(step), step, f"step {step}")
@@ -306,16 +336,18 @@ class AgentTrainer:
     ) -> list[Episode]:
         """``group_size`` scored episodes of each task, under the step's own seed (refill round ``round``'s
         for a refill): a resumed run samples exactly what an uninterrupted one would have."""
+        return self._loop.run(self.rollouts.run_jobs(self._jobs(tasks, step, round), description=description))
+
+    def _jobs(self, tasks: list[dict[str, Any]], step: int, round: int = 0) -> list[Job]:
+        """The ``(task, sampling)`` jobs of ``tasks``: ``group_size`` adjacent attempts each, every one with its
+        own seed derived from (trainer seed, step, round, position)."""
         cfg = self.cfg
         seed = cfg.trainer.seed * 7_919 + step * 1_000_003 + round * 100_003
-        return self._loop.run(
-            self.rollouts.run_tasks(
-                tasks,
-                group_size=cfg.rollout.group_size,
-                sampling=self.train_sampling.model_copy(update={"seed": seed}),
-                description=description,
-            )
-        )
+        jobs = [task for task in tasks for _ in range(cfg.rollout.group_size)]
+        return [
+            (task, self.train_sampling.model_copy(update={"seed": seed + 104_729 * j}))
+            for j, task in enumerate(jobs)
+        ]
 
     def _refill(
         self, step: int, episodes: list[Episode], metrics: dict[str, float]
@@ -389,6 +421,55 @@ class AgentTrainer:
             self.run_store.finish(asdict(result))
         return result
 
+    def _run_steps(self, start_step: int, eval_history: list[dict[str, float]], metrics_logger: Any) -> None:
+        """Steps ``start_step`` .. ``trainer.steps - 1``, each logged, evaluated and checkpointed as configured."""
+        cfg = self.cfg
+        with timed("loop") as loop:
+            for step in range(start_step, cfg.trainer.steps):
+                metrics = self.train_step(step)
+                done = step + 1
+                # The mean time per step so far (evals and checkpoints included) times the steps left.
+                metrics["time/eta_s"] = loop.seconds / (done - start_step) * (cfg.trainer.steps - done)
+                if self._evaluates_at(done):
+                    ev = self.evaluate(done)
+                    eval_history.append({"step": done, **ev})
+                    metrics.update(ev)
+                metrics_logger.log(done, metrics)
+                if (
+                    cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0
+                ) or done == cfg.trainer.steps:
+                    save_checkpoint(
+                        self.run_dir,
+                        done,
+                        self.backend,
+                        {"step": done, "eval_history": eval_history},
+                        keep=cfg.trainer.keep_checkpoints,
+                    )
+
+    async def _run_steps_async(
+        self, start_step: int, eval_history: list[dict[str, float]], metrics_logger: Any
+    ) -> None:
+        """Async mode: the same steps in a training thread, while the rollout producer samples ahead on this
+        loop (the steps' rollouts, evals and refills reach the loop through ``RunLoop.run``)."""
+        r = self.cfg.rollout
+        producer = RolloutProducer(
+            self.rollouts,
+            lambda step, round: self._jobs(self._tasks_for_step(step), step, round * 1_000),
+            start=start_step,
+            end=self.cfg.trainer.steps,
+            version=self.backend.step,
+            max_staleness=r.max_staleness,
+            max_concurrency=r.max_concurrency,
+            partial=r.partial_rollouts,
+        )
+        self._producer = producer
+        producer.start_producing()
+        try:
+            await asyncio.to_thread(self._run_steps, start_step, eval_history, metrics_logger)
+        finally:
+            self._producer = None
+            await producer.stop()
+
     def _evaluates_at(self, done: int) -> bool:
         """Whether the held-out eval runs after ``done`` steps: every ``eval.every_steps``, and at the end
         with ``eval.after``."""
@@ -439,27 +520,10 @@ class AgentTrainer:
                 ev = self.evaluate(0)
                 eval_history.append({"step": 0, **ev})
                 metrics_logger.log(0, ev)
-            with timed("loop") as loop:
-                for step in range(start_step, cfg.trainer.steps):
-                    metrics = self.train_step(step)
-                    done = step + 1
-                    # The mean time per step so far (evals and checkpoints included) times the steps left.
-                    metrics["time/eta_s"] = loop.seconds / (done - start_step) * (cfg.trainer.steps - done)
-                    if self._evaluates_at(done):
-                        ev = self.evaluate(done)
-                        eval_history.append({"step": done, **ev})
-                        metrics.update(ev)
-                    metrics_logger.log(done, metrics)
-                    if (
-                        cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0
-                    ) or done == cfg.trainer.steps:
-                        save_checkpoint(
-                            self.run_dir,
-                            done,
-                            self.backend,
-                            {"step": done, "eval_history": eval_history},
-                            keep=cfg.trainer.keep_checkpoints,
-                        )
+            if cfg.rollout.max_staleness > 0:
+                self._loop.run(self._run_steps_async(start_step, eval_history, metrics_logger))
+            else:
+                self._run_steps(start_step, eval_history, metrics_logger)
         result.eval_history = eval_history
         accs = {h["step"]: h["eval/accuracy"] for h in eval_history}
         result.initial_accuracy = accs.get(0)
@@ -470,11 +534,6 @@ class AgentTrainer:
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             try_plot(self.run_dir)
         return result
-
-
-class StaleSamplesError(RuntimeError):
-    """A batch holds samples from older weights than the allowed staleness: training on them would be
-    off-policy beyond what the loss corrects for."""
 
 
 def check_staleness(episodes: list[Episode], version: int, max_staleness: int) -> None:

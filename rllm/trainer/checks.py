@@ -41,6 +41,22 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     _check_dataset(cfg)
     _check_shaping_and_credit(cfg)
     _check_store_and_loggers(cfg)
+    _check_async(cfg)
+
+
+def _check_async(cfg: TrainConfig) -> None:
+    """rollout.partial_rollouts only means something in async mode; async on vLLM needs hot-loaded adapters."""
+    r = cfg.rollout
+    if r.max_staleness == 0 and "partial_rollouts" in r.model_fields_set:
+        raise UnsupportedConfigError(
+            "rollout.partial_rollouts applies to async training only (rollout.max_staleness > 0); the "
+            "synchronous loop never syncs weights with episodes in flight: drop it or set max_staleness"
+        )
+    if r.max_staleness > 0 and cfg.inference.engine == "vllm" and not cfg.lora.enabled:
+        raise UnsupportedConfigError(
+            "async training on the vLLM pool needs lora.enabled=true: an adapter hot-loads beside the requests "
+            "in flight, while a full-model sync restarts (CPU) or reloads the servers under them"
+        )
 
 
 def _check_capabilities(cfg: TrainConfig, capabilities: Any) -> None:

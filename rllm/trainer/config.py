@@ -229,8 +229,16 @@ class RolloutConfig(_Section):
     max_staleness: int = Field(
         0,
         ge=0,
-        description="Most optimizer steps a trained sample's weight version may lag the policy (0: "
-        "on-policy); a batch with older samples is refused.",
+        description="0: the synchronous loop (rollout, then update, then sync). N > 0: async training; a "
+        "rollout producer samples up to N steps ahead while the trainer updates, and no sample more than N "
+        "weight versions old is trained on (docs/async.md).",
+    )
+    partial_rollouts: bool = Field(
+        True,
+        description="Async mode (max_staleness > 0): a weight sync does not wait for episodes in flight; they "
+        "go on under the new weights (a call decoding on the local engine pauses and resumes from its "
+        "prefix). false: a sync waits until the episodes in flight finish, so each is sampled under one "
+        "version.",
     )
     gateway_batch_wait_ms: float = Field(
         5.0,

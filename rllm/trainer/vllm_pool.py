@@ -217,6 +217,10 @@ class VLLMPoolEngine:
         self._gateway_procs: GatewayProcesses | None = None
         self._retired: set[str] = set()  # server roots that missed a sync (gateway processes are not told)
         self._policy_model: str | None = None  # the adapter now served (LoRA), None: the base model
+        # Adapters still loaded besides the served one, oldest first: async training keeps the last
+        # `keep_adapters - 1` versions, which calls still in flight (partial rollouts) may be using.
+        self._older_adapters: list[str] = []
+        self.keep_adapters = 1
         # Bumped before and after every policy switch: a call that saw it even and unchanged knows its version
         # without asking the trace store.
         self._switches = 0
@@ -554,8 +558,12 @@ class VLLMPoolEngine:
         self._set_policy(name, version)
         previous, self._policy_model = self._policy_model, name
         if previous is not None and previous != name:
-            self._on_every_server(lambda url: unload_lora_adapter(url, previous), "unloading", strict=False)
-        self._remove_old_versions(keep=path)
+            self._older_adapters.append(previous)
+        while len(self._older_adapters) >= max(self.keep_adapters, 1):
+            old = self._older_adapters.pop(0)
+            self._on_every_server(lambda url: unload_lora_adapter(url, old), "unloading", strict=False)
+        kept = {path} | {self.sync_dir / f"v{a[len(ADAPTER_PREFIX):]}" for a in self._older_adapters}
+        self._remove_old_versions(keep=kept)
         self.stats["weight_syncs"] += 1
         self.stats["weight_sync_s"] = time.perf_counter() - t0
         logger.info(
@@ -642,10 +650,11 @@ class VLLMPoolEngine:
         finally:
             self._switches += 1
 
-    def _remove_old_versions(self, keep: Path) -> None:
-        """Keep only the synced version's files (the servers have loaded them; older ones are dead weight)."""
+    def _remove_old_versions(self, keep: set[Path]) -> None:
+        """Keep only the files of the versions still loaded (the served one, and the older adapters async
+        training keeps); older ones are dead weight."""
         for old in self.sync_dir.glob("v*"):
-            if old != keep and old.is_dir() and old.name[1:].isdigit():
+            if old not in keep and old.is_dir() and old.name[1:].isdigit():
                 shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------ metrics

@@ -8,8 +8,9 @@ the next. ``RunLoop.run`` runs every coroutine on the same loop until ``close``.
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,13 +25,28 @@ class RunLoop:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalizer: weakref.finalize | None = None
+        self._runner = 0  # the thread that runs the loop
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` to completion on the loop (blocking; not from inside a running loop)."""
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._finalizer = weakref.finalize(self, _close_loop, self._loop)
-        return self._loop.run_until_complete(coro)
+        """Run ``coro`` to completion on the loop, blocking. From the thread that runs the loop this must not be
+        called inside it; from another thread while the loop runs (the async trainer's training thread), the
+        coroutine is handed to the loop and this waits for its result."""
+        loop = self._loop
+        if loop is not None and loop.is_running() and threading.get_ident() != self._runner:
+            return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        if loop is None:
+            loop = self._loop = asyncio.new_event_loop()
+            self._finalizer = weakref.finalize(self, _close_loop, loop)
+        self._runner = threading.get_ident()
+        return loop.run_until_complete(coro)
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop soon, from any thread (at once when no loop runs)."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(fn)
+        else:
+            fn()
 
     def close(self) -> None:
         """Cancel the tasks left on the loop, finish its async generators and default executor, and close

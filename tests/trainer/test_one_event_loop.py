@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import openai
+import pytest
 
 import rllm
 from rllm.sdk.decorators import AgentConfig
@@ -39,12 +40,16 @@ def correct(task: dict, episode: rllm.Episode) -> bool:
     return episode.info["output"] == task["task_id"].replace("q", "a")
 
 
-def test_a_cached_async_client_works_across_steps_and_evals(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_staleness", [0, 1], ids=["sync", "async"])
+def test_a_cached_async_client_works_across_steps_and_evals(tmp_path: Path, max_staleness: int) -> None:
+    """Also in async mode, where the steps run in a training thread and the producer samples the next step
+    behind the embedded gateway meanwhile: still one loop."""
     from test_learning import TASKS, _config, make_tiny_vocab_model
 
     _CACHE.clear()
     _LOOPS.clear()
     cfg = _config(make_tiny_vocab_model(tmp_path / "model"), tmp_path / "runs", 3)
+    cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"max_staleness": max_staleness})})
     result = AgentTrainer(
         cfg, workflow=cached_client_agent, evaluator=correct, train_tasks=TASKS, test_tasks=TASKS
     ).train()
