@@ -240,22 +240,26 @@ class LocalEngine:
             while self._swap.is_set():  # a weight swap is waiting for the lock: let it have it first
                 time.sleep(0.001)
             batch = self._take_batch()
-            if not batch:
-                continue
-            try:
-                self._run_batch(batch)
-            except Exception as exc:  # a failed batch fails its requests, never the engine
-                logger.exception("generation batch failed")
-                for r in batch:
-                    _resolve(r, exc)
-                continue
-            paused = [r for r in batch if r.finish_reason is None]
-            if paused:  # a weight sync paused them: first in line for the next batch, under the new weights
-                with self._cond:
-                    self._pending[:0] = paused
+            if batch:
+                self._run_and_resolve(batch)
+
+    def _run_and_resolve(self, batch: list[_Row]) -> None:
+        """Decode ``batch`` and resolve its finished rows; rows a weight sync paused go back to the head of the
+        queue, first in line for the next batch (under the new weights)."""
+        try:
+            self._run_batch(batch)
+        except Exception as exc:  # a failed batch fails its requests, never the engine
+            logger.exception("generation batch failed")
             for r in batch:
-                if r.finish_reason is not None:
-                    _resolve(r, None)
+                _resolve(r, exc)
+            return
+        paused = [r for r in batch if r.finish_reason is None]
+        if paused:
+            with self._cond:
+                self._pending[:0] = paused
+        for r in batch:
+            if r.finish_reason is not None:
+                _resolve(r, None)
 
     def _take_batch(self) -> list[_Row]:
         with self._cond:

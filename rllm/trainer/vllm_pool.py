@@ -561,8 +561,10 @@ class VLLMPoolEngine:
             self._older_adapters.append(previous)
         while len(self._older_adapters) >= max(self.keep_adapters, 1):
             old = self._older_adapters.pop(0)
-            self._on_every_server(lambda url: unload_lora_adapter(url, old), "unloading", strict=False)
-        kept = {path} | {self.sync_dir / f"v{a[len(ADAPTER_PREFIX):]}" for a in self._older_adapters}
+            self._on_every_server(
+                lambda url, old=old: unload_lora_adapter(url, old), "unloading", strict=False
+            )
+        kept = {path} | {self.sync_dir / f"v{a[len(ADAPTER_PREFIX) :]}" for a in self._older_adapters}
         self._remove_old_versions(keep=kept)
         self.stats["weight_syncs"] += 1
         self.stats["weight_sync_s"] = time.perf_counter() - t0

@@ -15,11 +15,11 @@ from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.async_rollout import RolloutProducer, StaleSamplesError
+from rllm.trainer.backends import backend_capabilities
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.checks import check_config
-from rllm.trainer.backends import backend_capabilities
-from rllm.utils.config import load_config
 from rllm.trainer.config import TrainConfig
+from rllm.utils.config import load_config
 from rllm.utils.event_loop import RunLoop
 
 
@@ -83,7 +83,7 @@ def test_a_sample_older_than_the_bound_is_dropped_and_sampled_again(vocab_model:
     rounds the producer refuses to train on it."""
     engine = LocalEngine.from_pretrained(str(vocab_model), device="cpu", dtype="float32")
     rollouts = WorkflowEngine(answer_workflow, engine, SamplingParams(max_tokens=1), show_progress=False)
-    jobs = lambda step, round: [(TASKS[0], SamplingParams(max_tokens=1, seed=round))]  # noqa: E731
+    jobs = lambda step, round: [(TASKS[0], SamplingParams(max_tokens=1, seed=round))]
     loop = RunLoop()
 
     async def main() -> None:
