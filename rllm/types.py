@@ -174,7 +174,9 @@ class Trace(BaseModel):
     string when one matched); ``completion_token_ids`` keep every sampled token, the stop string's and the
     eos token included. ``completion_mask`` says which of those tokens the model sampled (1) and which the
     gateway wrote itself (0: the opening of a tool call forced by ``tool_choice``, whose logprobs are 0.0);
-    ``None`` means all were sampled. ``weight_version`` is the policy version that sampled it. ``trainable`` is false
+    ``None`` means all were sampled. ``weight_version`` is the policy version that sampled its first token, and
+    ``last_weight_version`` its last when a weight sync landed while it decoded (a partial rollout; else
+    ``None``). ``trainable`` is false
     when the upstream could not report token ids and logprobs (a plain OpenAI-compatible server): such a
     trace documents the call but cannot be trained on. ``upstream`` names the worker that served it.
     """
@@ -199,6 +201,7 @@ class Trace(BaseModel):
     weight_version: int = 0
     trainable: bool = True
     upstream: str = "local"
+    last_weight_version: int | None = None
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Trace:

@@ -80,3 +80,48 @@ def test_a_sync_mid_decode_pauses_swaps_and_resumes(engine: LocalEngine, tiny_mo
 def test_a_call_with_no_sync_is_not_paused(engine: LocalEngine) -> None:
     c = engine.generate_sync(engine.tokenizer.encode("Hello"), SamplingParams(max_tokens=8, seed=1))[0]
     assert (c.weight_version, c.last_weight_version, c.pauses) == (0, 0, 0)
+
+
+def test_behind_the_gateway_the_trace_and_step_record_both_versions(
+    engine: LocalEngine, tmp_path: Path
+) -> None:
+    """The path no peer has: an agent's HTTP call through the gateway is paused by a sync like any other; its
+    trace records the versions of its first and last token, and the step assembled from it keeps the oldest
+    (what staleness is measured from) with the newest in its info."""
+    import openai
+
+    from rllm.engine.assembly import assemble_steps
+    from rllm.gateway.app import create_app
+    from rllm.gateway.server import GatewayServer
+    from rllm.gateway.traces import TraceStore
+    from rllm.gateway.upstreams import LocalUpstream
+
+    store = TraceStore(tmp_path / "traces.db")
+    server = GatewayServer(create_app(LocalUpstream(engine), store, model_name="tiny")).start()
+    new_weights = _perturbed(engine, 0.05)
+    try:
+        t = threading.Thread(
+            target=lambda: (
+                _wait_for_tokens(engine, 30),
+                engine.load_weights(new_weights.items(), version=2),
+            )
+        )
+        t.start()
+        client = openai.OpenAI(base_url=f"{server.url}/sessions/s1/v1", api_key="x", max_retries=0)
+        client.completions.create(
+            model="tiny", prompt="Once upon a time", max_tokens=300, extra_body={"ignore_eos": True}
+        )
+        t.join()
+        (trace,) = store.list("s1")
+        assert (trace.weight_version, trace.last_weight_version) == (0, 2)
+        steps, _ = assemble_steps([trace])
+        assert steps[0].weight_version == 0 and steps[0].info["last_weight_version"] == 2
+    finally:
+        server.stop()
+        store.close()
+
+
+def _wait_for_tokens(engine: LocalEngine, n: int) -> None:
+    start = engine.stats["generated_tokens"]
+    while engine.stats["generated_tokens"] - start < n:
+        time.sleep(0.002)

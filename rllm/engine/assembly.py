@@ -39,6 +39,8 @@ class _Open:
     logprobs: list[float] = field(default_factory=list)
     last: Trace | None = None
     calls: int = 0
+    oldest: int | None = None  # the weight versions of its first and last sampled token (async training)
+    newest: int | None = None
     drift_at: list[int] = field(default_factory=list)
 
     @property
@@ -53,6 +55,9 @@ class _Open:
         self.logprobs += [0.0] * len(new) + list(trace.logprobs)
         self.last = trace
         self.calls += 1
+        first, last = trace.weight_version, trace.last_weight_version or trace.weight_version
+        self.oldest = first if self.oldest is None else min(self.oldest, first)
+        self.newest = last if self.newest is None else max(self.newest, last)
 
     def to_step(self) -> Step:
         t = self.last
@@ -61,6 +66,9 @@ class _Open:
         info: dict[str, Any] = {"calls": self.calls, "trace_id": t.trace_id, "session_id": t.session_id}
         if self.drift_at:
             info["drift_at"] = self.drift_at
+        oldest = t.weight_version if self.oldest is None else self.oldest
+        if self.newest is not None and self.newest != oldest:  # sampled under more than one version
+            info["last_weight_version"] = self.newest
         return Step(
             prompt_ids=self.prompt_ids,
             response_ids=self.response_ids,
@@ -69,7 +77,7 @@ class _Open:
             messages=messages,
             response_text=t.response_text,
             finish_reason=t.finish_reason,
-            weight_version=t.weight_version,
+            weight_version=oldest,
             info=info,
         )
 

@@ -356,6 +356,7 @@ class _Api:
                 finish_reason=c.finish_reason,
                 latency_ms=latency_ms,
                 weight_version=result.weight_version,
+                last_weight_version=result.last_weight_version,
                 trainable=result.trainable,
                 upstream=result.upstream,
             )

@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS traces (
     latency_ms REAL NOT NULL,
     weight_version INTEGER NOT NULL,
     trainable INTEGER NOT NULL,
-    upstream TEXT NOT NULL
+    upstream TEXT NOT NULL,
+    last_weight_version INTEGER
 );
 CREATE INDEX IF NOT EXISTS traces_by_session ON traces (session_id, seq);
 CREATE INDEX IF NOT EXISTS traces_by_request ON traces (request_id);
@@ -84,6 +85,7 @@ _COLUMNS = (
     "weight_version",
     "trainable",
     "upstream",
+    "last_weight_version",
 )
 _JSON_COLUMNS = {
     "request",
@@ -95,7 +97,7 @@ _JSON_COLUMNS = {
 }
 # Columns added after the first layout, with the SQL type they are added as: a store written before them
 # gains the column when opened, and its old rows read as NULL (for completion_mask: every token sampled).
-_ADDED_COLUMNS = {"completion_mask": "TEXT"}
+_ADDED_COLUMNS = {"completion_mask": "TEXT", "last_weight_version": "INTEGER"}
 
 
 # The SamplingParams fields a session may override for every call made in it (``n`` stays the client's).

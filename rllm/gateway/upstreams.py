@@ -76,6 +76,7 @@ class UpstreamResult(BaseModel):
     weight_version: int = 0
     trainable: bool = True
     upstream: str = "local"
+    last_weight_version: int | None = None  # set when a weight sync landed mid-decode (a partial rollout)
 
 
 class UpstreamError(Exception):
@@ -149,8 +150,13 @@ class LocalUpstream:
             self._choice(c, with_tokens=request.logprobs, parse_tools=parse, **force) for c in completions
         ]
         version = completions[0].weight_version if completions else self.engine.weight_version
+        last = max((c.last_weight_version or c.weight_version for c in completions), default=version)
         return UpstreamResult(
-            prompt_ids=prompt_ids, choices=choices, weight_version=version, upstream=self.name
+            prompt_ids=prompt_ids,
+            choices=choices,
+            weight_version=version,
+            upstream=self.name,
+            last_weight_version=last if last != version else None,
         )
 
     def _forced_call(self, request: UpstreamRequest) -> ForcedCall | None:
