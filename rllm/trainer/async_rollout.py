@@ -48,21 +48,23 @@ def staleness(episode: Episode, version: int) -> int:
 
 def staleness_metrics(episodes: list[Episode], version: int) -> dict[str, float]:
     """``rollout/staleness_mean`` and ``_max`` over the LLM calls of the episodes trained at ``version``,
-    and ``rollout/partial_steps``: steps sampled under more than one version (a weight sync landed while
-    the call decoded, or between the calls merged into the step)."""
+    and ``rollout/partial_episodes``: episodes sampled under more than one version (a weight sync landed
+    between their calls, or while one decoded)."""
     lags = [
         version - s.weight_version for e in episodes if not e.failed for t in e.trajectories for s in t.steps
     ]
-    partial = sum(
-        s.info.get("last_weight_version", s.weight_version) != s.weight_version
-        for e in episodes
-        for t in e.trajectories
-        for s in t.steps
-    )
+    def versions(e: Episode) -> set[int]:
+        out: set[int] = set()
+        for t in e.trajectories:
+            for s in t.steps:
+                out |= {s.weight_version, s.info.get("last_weight_version", s.weight_version)}
+        return out
+
+    partial = sum(len(versions(e)) > 1 for e in episodes)
     return {
         "rollout/staleness_mean": sum(lags) / len(lags) if lags else 0.0,
         "rollout/staleness_max": float(max(lags, default=0)),
-        "rollout/partial_steps": float(partial),
+        "rollout/partial_episodes": float(partial),
     }
 
 
