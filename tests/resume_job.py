@@ -9,6 +9,12 @@ writing its step-k checkpoint: the backend's state (adapter, optimizer) is on di
 temporary directory, the loop state and the rename into place are not, and the metric lines (and run
 store rows) of every step up to k are already written. That is the worst moment for a resume: steps
 that were logged but never checkpointed, beside a half-written checkpoint.
+
+With ``RESUME_JOB_DIE_IN=STAGE:k`` it SIGKILLs itself inside step ``k`` (the trainer's 0-based step index,
+logged as step k+1) at STAGE: ``rollout`` (right after the step's 5th episode is journaled, the other 3
+still being sampled), ``update`` (after the optimizer step, before anything is written) or ``sync`` (after
+the new weights reached the engine, before the step is logged). These hooks live here, in the test job,
+not in the library.
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ from typing import Any
 from run_support import tiny_run_config
 
 from rllm.engine.context import RolloutContext
+from rllm.store.journal import EpisodeJournal
 from rllm.trainer import agent_trainer
 from rllm.trainer.agent_trainer import AgentTrainer, TrainResult
 from rllm.trainer.checkpoint import save_checkpoint
 
 TASKS = [{"task_id": f"t{i}", "question": f"Say something about the number {i}."} for i in range(6)]
 DIE_IN_CHECKPOINT = "RESUME_JOB_DIE_IN_CHECKPOINT"
+DIE_IN = "RESUME_JOB_DIE_IN"
+ROLLOUT_EPISODES_BEFORE_KILL = 5
 
 
 async def parity_workflow(task: dict[str, Any], ctx: RolloutContext) -> float:
@@ -59,6 +68,51 @@ def _die_in_checkpoint(die_at_step: int) -> None:
     agent_trainer.save_checkpoint = save  # type: ignore[assignment]
 
 
+def _die(where: str) -> None:
+    logging.getLogger(__name__).info("dying %s", where)
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_in(stage: str, step: int) -> None:
+    """SIGKILL this process at ``stage`` of step ``step`` (see the module docstring)."""
+    if stage == "rollout":
+        record, journaled = EpisodeJournal.record, []
+
+        def record_then_die(self: EpisodeJournal, s: int, key: str, episode: Any) -> bool:
+            stored = record(self, s, key, episode)
+            if s == step:
+                journaled.append(key)
+                if len(journaled) == ROLLOUT_EPISODES_BEFORE_KILL:
+                    _die(f"in step {step}'s rollout after journaling {journaled}")
+            return stored
+
+        EpisodeJournal.record = record_then_die  # type: ignore[method-assign]
+    elif stage == "update":
+        from rllm.trainer.backends.local import LocalBackend
+
+        optim_step = LocalBackend.optim_step
+
+        def optim_step_then_die(self: LocalBackend) -> dict[str, float]:
+            out = optim_step(self)
+            if self.step == step + 1:
+                _die(f"in step {step}'s update, after the optimizer step")
+            return out
+
+        LocalBackend.optim_step = optim_step_then_die  # type: ignore[method-assign]
+    elif stage == "sync":
+        sync = AgentTrainer._sync_weights
+
+        def sync_then_die(self: AgentTrainer, when: str) -> None:
+            sync(self, when)
+            if when == f"step {step + 1}":
+                _die(f"in step {step}'s weight sync, after the engine took the weights")
+
+        AgentTrainer._sync_weights = sync_then_die  # type: ignore[method-assign]
+    else:
+        raise ValueError(f"{DIE_IN}={stage}:{step}: the stage is rollout, update or sync")
+
+
 def run(model_dir: str, run_dir: str, *overrides: str) -> TrainResult:
     cfg = tiny_run_config(
         model_dir,
@@ -84,5 +138,8 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     if os.environ.get(DIE_IN_CHECKPOINT):
         _die_in_checkpoint(int(os.environ[DIE_IN_CHECKPOINT]))
+    if os.environ.get(DIE_IN):
+        stage, _, at = os.environ[DIE_IN].partition(":")
+        _die_in(stage, int(at))
     run(sys.argv[1], sys.argv[2], *sys.argv[3:])
     print(f"finished {Path(sys.argv[2]) / 'job'}")

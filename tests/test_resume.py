@@ -1,6 +1,8 @@
 """Kill-and-resume: a run SIGKILLed in the middle of writing a checkpoint, after steps whose metric lines
 were written but never checkpointed, and resumed with ``trainer.resume=true``, logs every step exactly once
 (in metrics.jsonl and in the run store) and ends with exactly the weights of a run never interrupted.
+Likewise a run killed mid-rollout, mid-update or mid-sync: the resumed run reuses the episodes the killed
+one journaled (``rllm.store.EpisodeJournal``), samples only the rest, and trains on each job once.
 
 The job (``resume_job.py``) kills itself at a fixed point of the checkpoint write (see its docstring), so
 the kill lands where a careless resume goes wrong every time, not by a race with a polling parent.
@@ -21,26 +23,37 @@ import resume_job
 import torch
 from safetensors.torch import load_file
 
+from rllm.store.journal import EpisodeJournal
 from rllm.store.reader import EpisodeQuery, StoreReader
 from rllm.trainer.backends.base import UnsupportedConfigError
 
 JOB = Path(__file__).with_name("resume_job.py")
 ADAPTER = "adapter/adapter_model.safetensors"
-# What legitimately differs between two runs of the same steps: wall-clock times and speeds.
+# What legitimately differs between two runs of the same steps: wall-clock times and speeds, and how many
+# episodes a resumed step took from the journal.
 _TIMING = ("time", "time/", "perf/")
+_RECOVERY = ("rollout/reused_episodes",)
+JOB_KEYS = {f"r0:{j}" for j in range(8)}  # 2 tasks x 4 attempts a step, no refill
 
 
 def _is_timing(key: str) -> bool:
-    return key.startswith(_TIMING) or key.endswith("_s")
+    return key.startswith(_TIMING) or key.endswith("_s") or key in _RECOVERY
 
 
 def _kill_in_checkpoint(model_dir: Path, runs: Path, step: int) -> str:
     """Run the job in a real process that SIGKILLs itself while writing its step-``step`` checkpoint."""
+    return _run_killed(
+        model_dir, runs, resume_job.DIE_IN_CHECKPOINT, str(step), f"its step-{step} checkpoint"
+    )
+
+
+def _run_killed(model_dir: Path, runs: Path, hook: str, value: str, where: str) -> str:
+    """Run the job in a real process with the kill hook ``hook=value`` set; assert it died by SIGKILL."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": str(JOB.parent.parent),
-        resume_job.DIE_IN_CHECKPOINT: str(step),
+        hook: value,
     }
     log = runs.parent / f"{runs.name}_killed.log"
     with log.open("w") as out:  # a file, not a pipe nobody drains while we wait
@@ -53,9 +66,7 @@ def _kill_in_checkpoint(model_dir: Path, runs: Path, step: int) -> str:
             timeout=300,
         )
     text = log.read_text()
-    assert proc.returncode == -signal.SIGKILL, (
-        f"the job was not killed in its step-{step} checkpoint:\n{text}"
-    )
+    assert proc.returncode == -signal.SIGKILL, f"the job was not killed in {where}:\n{text}"
     return text
 
 
@@ -145,4 +156,43 @@ def test_killed_while_writing_its_first_checkpoint_starts_over(
 
     # resume=true finds no checkpoint and starts over; the killed run's lines must not stay beside the new ones.
     resume_job.run(str(tiny_model_dir), str(runs), "trainer.resume=true")
+    _assert_same_run(uninterrupted, run)
+
+
+@pytest.mark.parametrize("stage", ["rollout", "update", "sync"])
+def test_killed_mid_step_reuses_the_journaled_episodes(
+    tiny_model_dir: Path, uninterrupted: Path, tmp_path: Path, stage: str
+) -> None:
+    """Killed inside step 3 (0-based; checkpoint at 2): the resume redoes steps 2 and 3 from the journal,
+    sampling only the jobs the killed run had not finished, and ends bit for bit where run A ended."""
+    runs = tmp_path / "b"
+    run = runs / "job"
+    _run_killed(tiny_model_dir, runs, resume_job.DIE_IN, f"{stage}:3", f"step 3's {stage}")
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    with EpisodeJournal(run / "journal.db") as journal:
+        before = {s: journal.episodes(s) for s in journal.steps()}
+    # Step 2 finished (journaled, not checkpointed); step 3 has what the kill left.
+    assert set(before[2]) == JOB_KEYS
+    killed_in_rollout = stage == "rollout"
+    assert len(before[3]) == (resume_job.ROLLOUT_EPISODES_BEFORE_KILL if killed_in_rollout else 8)
+
+    resume_job.run(str(tiny_model_dir), str(runs), "trainer.resume=true")
+
+    lines = {r["step"]: r for r in _lines(run)}
+    assert lines[3]["rollout/reused_episodes"] == 8.0
+    assert lines[4]["rollout/reused_episodes"] == len(before[3])
+    with EpisodeJournal(run / "journal.db") as journal, EpisodeJournal(uninterrupted / "journal.db") as ref:
+        for step in range(4):
+            episodes = journal.episodes(step)
+            assert set(episodes) == JOB_KEYS, step  # none lost; the primary key (step, key) forbids twice
+            summary = journal.batch(step)
+            assert sorted(summary["keys"]) == sorted(JOB_KEYS), step  # each job trained on once
+            # What the step trained on is what run A trained on, token for token.
+            assert summary["digest"] == ref.batch(step)["digest"], step
+            assert summary["metrics"] == ref.batch(step)["metrics"], step
+        # The killed run's episodes were reused, not sampled again.
+        for step, kept in before.items():
+            assert {k: e.id for k, e in journal.episodes(step).items() if k in kept} == {
+                k: e.id for k, e in kept.items()
+            }
     _assert_same_run(uninterrupted, run)

@@ -57,6 +57,25 @@ def test_group_size_episodes_per_task_with_distinct_seeds(engine) -> None:
     assert [tuple(e.trajectories[0].steps[0].response_ids) for e in again[:3]] == responses
 
 
+def test_done_jobs_are_returned_in_place_and_only_the_rest_run(engine) -> None:
+    """A resumed step hands run_tasks the jobs a killed run finished: those come back as given, the others
+    are sampled with the seeds they would have had, and on_episode sees only the ones that ran."""
+    tasks = [{"task_id": "a", "question": "Hi"}, {"task_id": "b", "question": "Hello"}]
+    full = _run(engine, ask, tasks, group_size=2)
+    runner = WorkflowEngine(ask, engine, SAMPLING, show_progress=False)
+    seen: list[tuple[int, str]] = []
+    done = {0: full[0], 3: full[3]}
+    out = asyncio.run(
+        runner.run_tasks(tasks, group_size=2, done=done, on_episode=lambda j, e: seen.append((j, e.task_id)))
+    )
+    assert out[0] is full[0] and out[3] is full[3]
+    assert sorted(seen) == [(1, "a"), (2, "b")]
+    assert [e.info["seed"] for e in out] == [e.info["seed"] for e in full]
+    assert [e.trajectories[0].steps[0].response_ids for e in out] == [
+        e.trajectories[0].steps[0].response_ids for e in full
+    ]
+
+
 def test_failed_episode_is_kept_with_error_and_retries_counted(engine) -> None:
     async def fails_after_one_call(task: dict, ctx: RolloutContext) -> float:
         await ctx.chat([{"role": "user", "content": "x"}])

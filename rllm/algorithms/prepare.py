@@ -21,6 +21,7 @@ this module only chooses and orders them.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -93,6 +94,58 @@ class PreparedBatch:
         """Keep on each step the trainer's logprobs of its response (one list per row of ``batch``), for
         the run store to show beside the sampler's."""
         attach_trainer_logprobs(self.groups, logprobs_per_row, merge=self.merge_turns)
+
+    def digest(self) -> str:
+        """sha256 of what the update trains on (``batch_digests`` of ``batch``, all fields together)."""
+        return combined_digest(batch_digests(self.batch))
+
+
+# The TrainBatch fields a digest covers, each hashed on its own so that a mismatch names the field.
+DIGEST_FIELDS = (
+    "input_ids",
+    "loss_mask",
+    "rollout_logprobs",
+    "advantages",
+    "group_id",
+    "trajectory_name",
+    "weight_version",
+    "loss_norm",
+)
+
+
+def batch_digests(batch: TrainBatch | None) -> dict[str, str]:
+    """sha256 (hex) of each field of ``batch``'s token rows, in row order (``DIGEST_FIELDS``): ids as
+    int64, floats as the exact bits of their float64, strings as UTF-8, each row prefixed by its length.
+    ``loss_norm`` covers the batch's loss denominators. Episode ids are left out (they name the rows'
+    sources, not what is trained), so two runs that sample the same tokens have the same digests.
+    None (every group filtered out) hashes as an empty batch."""
+    seqs = batch.sequences if batch is not None else []
+    out: dict[str, str] = {}
+    for name in DIGEST_FIELDS[:4]:
+        h = hashlib.sha256()
+        for seq in seqs:
+            values = getattr(seq, name)
+            h.update(len(values).to_bytes(8, "little"))
+            dtype = np.int64 if name in ("input_ids", "loss_mask") else np.float64
+            h.update(np.asarray(values, dtype=dtype).tobytes())
+        out[name] = h.hexdigest()
+    for name in ("group_id", "trajectory_name"):
+        h = hashlib.sha256()
+        for seq in seqs:
+            text = getattr(seq, name).encode()
+            h.update(len(text).to_bytes(8, "little") + text)
+        out[name] = h.hexdigest()
+    out["weight_version"] = hashlib.sha256(
+        np.asarray([s.weight_version for s in seqs], dtype=np.int64).tobytes()
+    ).hexdigest()
+    norms = (None, None) if batch is None else (batch.loss_norm_tokens, batch.loss_norm_sequences)
+    out["loss_norm"] = hashlib.sha256(repr(norms).encode()).hexdigest()
+    return out
+
+
+def combined_digest(digests: dict[str, str]) -> str:
+    """One sha256 over the field digests of ``batch_digests`` (in ``DIGEST_FIELDS`` order)."""
+    return hashlib.sha256("".join(f"{k}={digests[k]};" for k in DIGEST_FIELDS).encode()).hexdigest()
 
 
 def prepare_batch(

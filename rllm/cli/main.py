@@ -11,6 +11,9 @@
     rllm gateway --model MODEL [--port P] [--upstream URL ...] [--store PATH] [--api-key KEY]
                                                serve a model behind the trace-recording OpenAI gateway
     rllm ui [--port P] [--store PATH]          browse runs in a web UI (live metrics, episodes, tokens)
+    rllm replay RUN [--step N] [--checkpoint CKPT] [--bundle OUT.tar.gz]
+                                               re-run a recorded step's batch (and loss) and check it
+                                               equals the record; a bundle replays on another machine
     rllm check-template MODEL                  check a chat template for multi-turn token drift
     rllm version                               print the installed version
 
@@ -33,6 +36,7 @@ from rllm.cli.eval_cmd import add_eval_parser
 from rllm.cli.gateway_cmd import add_gateway_parser
 from rllm.cli.init_cmd import add_init_parser
 from rllm.cli.model_cmd import add_model_parser
+from rllm.cli.replay_cmd import add_replay_parser
 from rllm.cli.train_cmd import add_train_parser
 from rllm.cli.ui_cmd import add_ui_parser
 
@@ -57,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(
         dest="command",
-        metavar="{init,train,eval,ui,gateway,model,dataset,check-template,version}",
+        metavar="{init,train,eval,replay,ui,gateway,model,dataset,check-template,version}",
         required=True,
     )
     train = add_train_parser(subparsers)
@@ -70,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default: INFO)",
     )
     add_eval_parser(subparsers)
+    add_replay_parser(subparsers)
     add_init_parser(subparsers)
     add_ui_parser(subparsers)
     add_gateway_parser(subparsers)

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -138,8 +138,14 @@ class WorkflowEngine:
         group_size: int = 1,
         sampling: SamplingParams | None = None,
         description: str = "rollout",
+        on_episode: Callable[[int, Episode], None] | None = None,
+        done: Mapping[int, Episode] | None = None,
     ) -> list[Episode]:
-        """Run ``group_size`` episodes for every task; results keep task order, attempts adjacent."""
+        """Run ``group_size`` episodes for every task; results keep task order, attempts adjacent.
+
+        Job ``j`` is attempt ``j % group_size`` of task ``j // group_size``. ``on_episode(j, episode)`` is
+        called as each job finishes; ``done`` maps jobs already finished (a resumed step's journaled
+        episodes) to their episodes, which are returned in their place and not run again."""
         jobs = [task for task in tasks for _ in range(group_size)]
         base = sampling or self.sampling
         # A seeded run gives every episode its own reproducible seed (else a group would be n copies).
@@ -147,7 +153,19 @@ class WorkflowEngine:
             base if base.seed is None else base.model_copy(update={"seed": base.seed + 104_729 * j})
             for j in range(len(jobs))
         ]
-        return await self.run_jobs(list(zip(jobs, per_job)), description=description)
+        done = done or {}
+        todo = [j for j in range(len(jobs)) if j not in done]
+
+        def finished(i: int, episode: Episode) -> None:
+            if on_episode is not None:
+                on_episode(todo[i], episode)
+
+        new = await self.run_jobs(
+            [(jobs[j], per_job[j]) for j in todo], on_episode=finished, description=description
+        )
+        out = dict(done)
+        out.update(zip(todo, new))
+        return [out[j] for j in range(len(jobs))]
 
     async def run_jobs(
         self,

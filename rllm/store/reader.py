@@ -102,6 +102,19 @@ class StoreReader:
         )
         return out
 
+    def location(self, ref: str, kind: str = "train") -> Path:
+        """Where the newest run of ``kind`` whose id or name is ``ref`` keeps its files (a training run's
+        directory)."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT location FROM runs WHERE (id = ? OR name = ?) AND kind = ? "
+                "ORDER BY started_at DESC, seq DESC LIMIT 1",
+                (ref, ref, kind),
+            ).fetchone()
+        if row is None or row[0] is None:
+            raise NotFound(f"no {kind} run with id or name {ref!r} in the run store {self.path}")
+        return Path(row[0])
+
     def status(self, run_id: str) -> str:
         with self._read() as conn:
             row = _run_row(conn, run_id, "status, heartbeat_at")

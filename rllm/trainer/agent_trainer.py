@@ -34,7 +34,7 @@ from rllm.models import resolve_model
 from rllm.rewards.shaping import Shaper, apply_shaping
 from rllm.sdk.decorators import Rollout
 from rllm.sdk.workflow import GatewayWorkflow
-from rllm.store import RunWriter, default_store_path
+from rllm.store import EpisodeJournal, RunWriter, default_store_path
 from rllm.trainer.async_rollout import Job, RolloutProducer, StaleSamplesError, staleness_metrics
 from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
@@ -43,6 +43,7 @@ from rllm.trainer.checks import check_config
 from rllm.trainer.config import FlowConfig, TrainConfig
 from rllm.trainer.engines import build_engine
 from rllm.trainer.project import config_tasks, load_flow
+from rllm.trainer.recovery import batch_summary, journaled_jobs
 from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, try_plot
 from rllm.trainer.workflows import build_workflow
 from rllm.types import Episode
@@ -107,6 +108,7 @@ class AgentTrainer:
         # Applied before advantages: the shapers algorithm.shaping turns on, then the caller's own.
         shapers = reward_shapers(config.algorithm.shaping, max_tokens=config.rollout.max_tokens)
         self.shapers = shapers + list(reward_shaping or [])
+        self._caller_shapers = len(reward_shaping or [])  # recorded for replay, which cannot rerun them
         if train_tasks is None:
             train_tasks = config_tasks(config, "train")
         if test_tasks is None:
@@ -116,6 +118,10 @@ class AgentTrainer:
             raise ValueError("no training tasks: pass train_tasks or set data.train_size > 0")
         self.run_dir = Path(config.trainer.run_dir) / config.trainer.name
         self.run_store: RunWriter | None = None  # opened by train()
+        # Every finished episode, persisted as it finishes (opened by train()): a resumed step reuses them.
+        self.journal: EpisodeJournal | None = None
+        self._job_keys: dict[int, dict[str, str]] = {}  # step -> episode id -> its job key
+        self._reused: dict[int, int] = {}  # step -> episodes taken from the journal
         # The run's one event loop (made on first use, closed with the run): every rollout and eval phase
         # runs on it, so agent code that caches an async client across episodes and steps keeps working.
         self._loop = RunLoop()
@@ -207,7 +213,7 @@ class AgentTrainer:
 
     def _close(self) -> None:
         """Stop what the run started: the embedded gateway, the engine's servers, the backend's workers,
-        the run's event loop."""
+        the run's event loop, the journal."""
         self._stop_gateway()
         for part in ("engine", "backend"):
             close = getattr(getattr(self, part, None), "close", None)
@@ -217,6 +223,9 @@ class AgentTrainer:
                 except Exception:  # closing must not hide the error that ended the run
                     logger.exception("closing the %s failed", part)
         self._loop.close()
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
 
     def _sync_weights(self, when: str) -> None:
         """Push the backend's weights into the engine; a failure aborts the run (the next rollouts would
@@ -290,6 +299,8 @@ class AgentTrainer:
                 else:
                     metrics.update(self._update(prepared))
                     metrics["perf/train_tokens_per_s"] = prepared.batch.num_tokens / max(train.seconds, 1e-9)
+                # What replay checks: the batch's digests, its episodes' keys, the update's loss.
+                self._record_batch(step, prepared, batch_episodes, metrics)
             # 4. Sync: the next rollout samples from the weights just trained.
             with timed("sync", metrics):
                 self._sync_step(step)
@@ -335,8 +346,37 @@ class AgentTrainer:
         self, tasks: list[dict[str, Any]], step: int, description: str, round: int = 0
     ) -> list[Episode]:
         """``group_size`` scored episodes of each task, under the step's own seed (refill round ``round``'s
-        for a refill): a resumed run samples exactly what an uninterrupted one would have."""
-        return self._loop.run(self.rollouts.run_jobs(self._jobs(tasks, step, round), description=description))
+        for a refill): a resumed run samples exactly what an uninterrupted one would have.
+
+        Job j of round r is "r<r>:<j>" in the journal: each is journaled as it finishes, and a resumed step
+        takes the ones a killed run finished and samples only the rest."""
+        jobs = self._jobs(tasks, step, round)
+        done = journaled_jobs(self.journal, step, round, tasks, self.cfg.rollout.group_size)
+        todo = [j for j in range(len(jobs)) if j not in done]
+        new = self._loop.run(
+            self.rollouts.run_jobs(
+                [jobs[j] for j in todo],
+                on_episode=lambda i, episode: self._journal_episode(step, f"r{round}:{todo[i]}", episode),
+                description=description,
+            )
+        )
+        return self._with_reused(step, round, done, dict(zip(todo, new)), len(jobs))
+
+    def _journal_episode(self, step: int, key: str, episode: Episode) -> None:
+        """Persist a finished episode as job ``key`` of ``step`` (called as each finishes, on the loop)."""
+        self._job_keys.setdefault(step, {})[episode.id] = key
+        if self.journal is not None:
+            self.journal.record(step, key, episode)
+
+    def _with_reused(
+        self, step: int, round: int, done: dict[int, Episode], new: dict[int, Episode], n: int
+    ) -> list[Episode]:
+        """The step's ``n`` jobs in order: the journaled ones (counted as reused) and the new ones."""
+        keys = self._job_keys.setdefault(step, {})
+        keys.update({episode.id: f"r{round}:{index}" for index, episode in done.items()})
+        self._reused[step] = self._reused.get(step, 0) + len(done)
+        out = {**done, **new}
+        return [out[j] for j in range(n)]
 
     def _jobs(self, tasks: list[dict[str, Any]], step: int, round: int = 0) -> list[Job]:
         """The ``(task, sampling)`` jobs of ``tasks``: ``group_size`` adjacent attempts each, every one with its
@@ -348,6 +388,18 @@ class AgentTrainer:
             (task, self.train_sampling.model_copy(update={"seed": seed + 104_729 * j}))
             for j, task in enumerate(jobs)
         ]
+
+    def _record_batch(
+        self, step: int, prepared: PreparedBatch, batch_episodes: list[Episode], metrics: dict[str, float]
+    ) -> None:
+        """Journal what ``step`` trained on and what the update returned (``rllm replay`` checks it), and
+        add ``rollout/reused_episodes`` (episodes a killed run had finished) to ``metrics``."""
+        keys = self._job_keys.pop(step, {})
+        metrics["rollout/reused_episodes"] = float(self._reused.pop(step, 0))
+        if self.journal is not None:
+            summary = batch_summary(step, prepared, [keys[e.id] for e in batch_episodes], metrics)
+            summary.update(sampled=len(keys), pad_id=self.engine.pad_id, caller_shapers=self._caller_shapers)
+            self.journal.record_batch(step, summary)
 
     def _refill(
         self, step: int, episodes: list[Episode], metrics: dict[str, float]
@@ -409,6 +461,9 @@ class AgentTrainer:
             )
         self.run_store = self._open_run_store(ckpt)
         try:
+            self.journal = EpisodeJournal(self.run_dir / "journal.db")
+            if not cfg.trainer.resume:  # a fresh start: what a killed run left is not this run's
+                self.journal.clear()
             self._setup()
             result = self._train(start_step, eval_history, ckpt)
         except BaseException as exc:
@@ -454,7 +509,8 @@ class AgentTrainer:
         r = self.cfg.rollout
         producer = RolloutProducer(
             self.rollouts,
-            lambda step, round: self._jobs(self._tasks_for_step(step), step, round * 1_000),
+            self._sample_ahead,
+            self._resample,
             start=start_step,
             end=self.cfg.trainer.steps,
             version=self.backend.step,
@@ -469,6 +525,34 @@ class AgentTrainer:
         finally:
             self._producer = None
             await producer.stop()
+
+    async def _sample_ahead(self, step: int) -> list[Episode]:
+        """Async mode: ``step``'s episodes, as ``_sample`` gives them (the same jobs, journaled as they finish,
+        a resumed step's journaled ones reused), each run through the producer's shared slots."""
+        producer = self._producer
+        assert producer is not None
+        tasks = self._tasks_for_step(step)
+        jobs = self._jobs(tasks, step)
+        done = journaled_jobs(self.journal, step, 0, tasks, self.cfg.rollout.group_size)
+
+        async def one(j: int) -> Episode:
+            episode = await producer.run_job(*jobs[j])
+            self._journal_episode(step, f"r0:{j}", episode)
+            return episode
+
+        todo = [j for j in range(len(jobs)) if j not in done]
+        new = await asyncio.gather(*(one(j) for j in todo))
+        return self._with_reused(step, 0, done, dict(zip(todo, new)), len(jobs))
+
+    async def _resample(self, step: int, round: int, index: int) -> Episode:
+        """Async mode: job ``index`` of ``step`` sampled again (fresh seeds) to replace a stale episode;
+        journaled as job "stale<round>:<index>"."""
+        producer = self._producer
+        assert producer is not None
+        task, params = self._jobs(self._tasks_for_step(step), step, 10_000 + round)[index]
+        episode = await producer.run_job(task, params)
+        self._journal_episode(step, f"stale{round}:{index}", episode)
+        return episode
 
     def _evaluates_at(self, done: int) -> bool:
         """Whether the held-out eval runs after ``done`` steps: every ``eval.every_steps``, and at the end
@@ -491,9 +575,17 @@ class AgentTrainer:
             model=self.cfg.model.path,
             task=self.cfg.data.train_file or self.cfg.data.task,
             location=self.run_dir,
-            resume_from_step=load_loop_state(ckpt)["step"] if ckpt is not None and t.resume else None,
+            resume_from_step=self._resumes_at(ckpt),
             episodes_per_step=t.store_episodes_per_step,
         )
+
+    def _resumes_at(self, ckpt: Path | None) -> int | None:
+        """The step a resumed run starts at (0 when it found no complete checkpoint: it starts over, in the
+        same run-store run, since the journaled episodes it reuses are already recorded there); None when
+        it does not resume."""
+        if not self.cfg.trainer.resume:
+            return None
+        return load_loop_state(ckpt)["step"] if ckpt is not None else 0
 
     def _train(self, start_step: int, eval_history: list[dict[str, float]], ckpt: Path | None) -> TrainResult:
         cfg = self.cfg

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,7 @@ def staleness_metrics(episodes: list[Episode], version: int) -> dict[str, float]
     lags = [
         version - s.weight_version for e in episodes if not e.failed for t in e.trajectories for s in t.steps
     ]
+
     def versions(e: Episode) -> set[int]:
         out: set[int] = set()
         for t in e.trajectories:
@@ -79,16 +80,18 @@ class _Counters:
 class RolloutProducer:
     """Samples steps ``start .. end-1`` ahead of the trainer (see the module docstring).
 
-    ``jobs(step, round)`` gives a step's ``(task, sampling)`` jobs (round > 0: a re-sample of stale ones, with
-    fresh seeds); ``on_episode(step, index, episode)`` is told of each as it finishes. Runs on the run's
-    event loop; the training thread calls :meth:`episodes`, :meth:`before_sync` and :meth:`synced` through
-    ``RunLoop.run`` / ``RunLoop.call_soon``.
+    ``sample_step(step)`` samples a step's episodes (the trainer's: its jobs, less those the journal already
+    holds), running each through :meth:`run_job`; ``resample(step, round, index)`` samples job ``index`` of
+    ``step`` again, with fresh seeds for ``round``, to replace a stale one. Runs on the run's event loop; the
+    training thread calls :meth:`episodes`, :meth:`before_sync` and :meth:`synced` through ``RunLoop.run``
+    / ``RunLoop.call_soon``.
     """
 
     def __init__(
         self,
         rollouts: WorkflowEngine,
-        jobs: Callable[[int, int], list[Job]],
+        sample_step: Callable[[int], Awaitable[list[Episode]]],
+        resample: Callable[[int, int, int], Awaitable[Episode]],
         *,
         start: int,
         end: int,
@@ -96,14 +99,12 @@ class RolloutProducer:
         max_staleness: int,
         max_concurrency: int,
         partial: bool = True,
-        on_episode: Callable[[int, int, Episode], None] | None = None,
     ) -> None:
         if max_staleness < 1:
             raise ValueError("the rollout producer runs ahead by max_staleness >= 1 steps")
-        self.rollouts, self.jobs = rollouts, jobs
+        self.rollouts, self.sample_step, self.resample = rollouts, sample_step, resample
         self.start, self.end = start, end
         self.version, self.max_staleness, self.partial = version, max_staleness, partial
-        self.on_episode = on_episode
         self._slots = asyncio.Semaphore(max_concurrency)
         self._open = asyncio.Event()
         self._open.set()
@@ -128,19 +129,27 @@ class RolloutProducer:
         for step in range(self.start, self.end):
             async with self._changed:  # admission: the engine is at most max_staleness versions behind
                 await self._changed.wait_for(lambda s=step: self.version >= s - self.max_staleness)
-            self._steps[step] = asyncio.ensure_future(self._sample(step, self.jobs(step, 0)))
+            self._steps[step] = asyncio.ensure_future(self._sample(step))
             async with self._changed:
                 self._changed.notify_all()
 
-    async def _sample(self, step: int, jobs: list[Job], offset: int = 0) -> list[Episode]:
+    async def _sample(self, step: int) -> list[Episode]:
         t0 = time.perf_counter()
-        episodes = list(
-            await asyncio.gather(*(self._job(step, offset + i, task, p) for i, (task, p) in enumerate(jobs)))
-        )
+        episodes = await self.sample_step(step)
         logger.info(
             "sampled step %d ahead: %d episodes in %.1fs", step, len(episodes), time.perf_counter() - t0
         )
         return episodes
+
+    async def run_job(self, task: dict[str, Any], params: SamplingParams) -> Episode:
+        """One episode, within the ``max_concurrency`` slots every step in flight shares."""
+        async with self._slots:
+            await self._open.wait()  # closed while a sync without partial rollouts drains the pool
+            self._busy(+1)
+            try:
+                return await self.rollouts.run_episode(task, sampling=params)
+            finally:
+                self._busy(-1)
 
     async def _job(self, step: int, index: int, task: dict[str, Any], params: SamplingParams) -> Episode:
         async with self._slots:
@@ -192,8 +201,7 @@ class RolloutProducer:
                 len(stale),
                 self.max_staleness,
             )
-            jobs = self.jobs(step, round)
-            fresh = await asyncio.gather(*(self._job(step, round * len(jobs) + i, *jobs[i]) for i in stale))
+            fresh = await asyncio.gather(*(self.resample(step, round, i) for i in stale))
             for i, e in zip(stale, fresh):
                 episodes[i] = e
         raise StaleSamplesError(

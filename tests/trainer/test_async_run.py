@@ -83,12 +83,17 @@ def test_a_sample_older_than_the_bound_is_dropped_and_sampled_again(vocab_model:
     rounds the producer refuses to train on it."""
     engine = LocalEngine.from_pretrained(str(vocab_model), device="cpu", dtype="float32")
     rollouts = WorkflowEngine(answer_workflow, engine, SamplingParams(max_tokens=1), show_progress=False)
-    jobs = lambda step, round: [(TASKS[0], SamplingParams(max_tokens=1, seed=round))]
     loop = RunLoop()
 
     async def main() -> None:
+        async def sample_step(step: int) -> list:
+            return [await producer.run_job(TASKS[0], SamplingParams(max_tokens=1, seed=0))]
+
+        async def resample(step: int, round: int, index: int):
+            return await producer.run_job(TASKS[0], SamplingParams(max_tokens=1, seed=round))
+
         producer = RolloutProducer(
-            rollouts, jobs, start=3, end=4, version=3, max_staleness=1, max_concurrency=4
+            rollouts, sample_step, resample, start=3, end=4, version=3, max_staleness=1, max_concurrency=4
         )
         producer.start_producing()
         try:

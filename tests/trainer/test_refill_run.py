@@ -9,7 +9,9 @@ from typing import Any
 
 from run_support import tiny_run_config
 
+from rllm.cli.main import main
 from rllm.engine.context import RolloutContext
+from rllm.store.journal import EpisodeJournal
 from rllm.trainer.agent_trainer import AgentTrainer
 
 # 12 tasks every attempt wins (no signal) and 4 scored by the parity of the first token (signal in most
@@ -53,6 +55,12 @@ def test_refill_fills_the_batch_with_tasks_that_have_signal(tiny_model_dir: Path
     # With 4 of 16 tasks able to show signal, refill had to run, and found some.
     assert sum(r["refill/rounds"] for r in steps) > 0
     assert sum(r["refill/signal_tasks"] for r in steps) > sum(r["filter/groups_kept"] for r in without)
+    # The journal names the refill rounds' episodes that went into each batch, and replay rebuilds the batch
+    # from them exactly (rounds shaped in the refill, round 0 and the rest shaped alike by replay).
+    with EpisodeJournal(tmp_path / "on" / "job" / "journal.db") as journal:
+        batch_keys = [k for s in journal.steps() for k in journal.batch(s)["keys"]]
+    assert any(not k.startswith("r0:") for k in batch_keys)
+    assert main(["replay", str(tmp_path / "on" / "job")]) == 0
     # Deterministic: the same run again samples the same refill rounds and keeps the same tasks.
     again = _run(tiny_model_dir, tmp_path / "again", "algorithm.filters.refill_rounds=6")
     keys = [k for k in steps[0] if k.startswith(("refill/", "filter/", "reward/"))]

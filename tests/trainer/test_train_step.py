@@ -34,6 +34,7 @@ _ROLLOUT = {
     "episodes/failed",
     "time/rollout_s",
     "perf/rollout_tokens_per_s",
+    "rollout/reused_episodes",  # from the journal (a resumed step's episodes a killed run finished)
 }
 _FILTER = {
     "filter/groups_in",
