@@ -69,3 +69,45 @@ def test_rllm_train_with_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> None:
     assert (run / "final_model" / "model.safetensors").is_file()
     assert not _processes("vllm.entrypoints.openai.api_server"), "a vLLM server outlived the run"
     assert not _processes("ray::"), "a Ray worker outlived the run"
+
+
+def test_async_training_on_a_vllm_pool(tmp_path: Path) -> None:
+    """``rollout.max_staleness=1`` on the vLLM pool: the producer samples the next step through the gateway
+    while the trainer updates, each sync hot-loads the new adapter beside the one calls in flight may still
+    use, and no sample older than one version is trained on."""
+    from rllm.models import resolve_model
+
+    code = main(
+        [
+            "train",
+            f"model.path={resolve_model('smollm2-135m')}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=async",
+            "trainer.steps=3",
+            "rollout.batch_size=2",
+            "rollout.group_size=4",
+            "rollout.max_tokens=8",
+            "rollout.max_staleness=1",
+            "eval.before=false",
+            "eval.after=false",
+            "data.train_size=16",
+            "data.test_size=4",
+            "trainer.plot=false",
+            "backend.device=cpu",
+            "lora.rank=8",
+            "lora.alpha=16",
+            "algorithm.filters.drop_zero_variance=false",
+            "inference.engine=vllm",
+            "inference.vllm.kvcache_space_gib=1",
+        ]
+    )
+    assert code == 0
+    run = tmp_path / "async"
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2, 3]
+    assert all(m["rollout/staleness_max"] <= 1 and m["rollout/dropped_stale"] == 0 for m in lines)
+    assert all(m["episodes/failed"] == 0 for m in lines)
+    with sqlite3.connect(run / "traces.db") as db:
+        versions = sorted({v for (v,) in db.execute("SELECT weight_version FROM traces")})
+    assert versions[0] == 0 and versions[-1] >= 1
+    assert not _processes("vllm.entrypoints.openai.api_server"), "a vLLM server outlived the run"
