@@ -22,6 +22,7 @@ logged steps, never from rllm's own counters.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -379,3 +380,150 @@ def store_write_fails(work: Path, *, calls: int = 30) -> FaultRow:
 
 def quick_work_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="rllm-faults-"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 7. The trainer SIGKILLed mid-run, then resumed; and the run under faults 1-4 at once. Both run
+# _faults_train.py in processes of their own.
+
+TRAIN_JOB = Path(__file__).with_name("_faults_train.py")
+
+
+def tiny_overrides(model_dir: str | Path, *extra: str) -> list[str]:
+    """A tiny CPU run of the default task (the settings of tests/run_support.py's tiny_run_config)."""
+    return [
+        f"model.path={model_dir}",
+        "trainer.threads=1",
+        "trainer.loggers=[jsonl]",
+        "trainer.plot=false",
+        "eval.before=false",
+        "eval.after=false",
+        "backend.device=cpu",
+        "lora.rank=4",
+        "lora.alpha=8",
+        "rollout.batch_size=2",
+        "rollout.group_size=4",
+        "rollout.max_tokens=4",
+        "data.train_size=64",
+        "data.test_size=8",
+        *extra,
+    ]
+
+
+def _job(runs: Path, name: str, args: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}
+    out = log.open("a")
+    return subprocess.Popen(
+        [sys.executable, str(TRAIN_JOB), str(runs), name, *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+
+def logged_steps(run_dir: Path) -> Counter[int]:
+    """How many times each step is in the run's metrics.jsonl (the durable step record). An episode-level
+    ledger (issue 22 item 5) slots in beside it: count each episode id the same way."""
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter(int(json.loads(line)["step"]) for line in lines if line.strip())
+
+
+def step_counts(row: FaultRow, steps: Counter[int], expected: int) -> None:
+    row.lost += sum(s not in steps for s in range(1, expected + 1))
+    row.duplicated += sum(n - 1 for n in steps.values() if n > 1)
+    row.duplicated += sum(n for s, n in steps.items() if not 1 <= s <= expected)
+
+
+def trainer_killed(work: Path, model_dir: str | Path, *, steps: int = 4, kill_after: int = 2) -> FaultRow:
+    """A real training process SIGKILLed once it has logged ``kill_after`` steps (mid-step, or mid-
+    checkpoint: wherever the signal lands), then resumed with ``trainer.resume=true``."""
+    row = FaultRow("trainer SIGKILLed, resumed")
+    runs, log = work / "killed", work / "killed.log"
+    args = tiny_overrides(model_dir, f"trainer.steps={steps}", "trainer.checkpoint_every=1")
+    proc = _job(runs, "job", args, log, 300)
+    deadline = time.monotonic() + 300
+    try:
+        while sum(logged_steps(runs / "job").values()) < kill_after:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the job ended before step {kill_after}:\n{log.read_text()[-3000:]}")
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    row.injected = 1
+    assert proc.returncode == -signal.SIGKILL, f"the job was not killed:\n{log.read_text()[-3000:]}"
+    before = logged_steps(runs / "job")
+    resumed = _job(runs, "job", [*args, "trainer.resume=true"], log, 300)
+    if resumed.wait(300) != 0:
+        raise RuntimeError(f"the resumed job failed:\n{log.read_text()[-3000:]}")
+    after = logged_steps(runs / "job")
+    # Steps redone: the killed run logged them (or was inside them) after its last checkpoint.
+    text = log.read_text()
+    at = [
+        int(line.rsplit("at step ", 1)[1].split()[0]) for line in text.splitlines() if "resumed from" in line
+    ]
+    redone_from = at[-1] if at else 0
+    # Steps the killed run had begun and the resumed one ran again: those it logged after its last complete
+    # checkpoint, and the one the kill cut short.
+    row.retried = min(steps, max(before, default=0) + 1) - redone_from
+    step_counts(row, after, steps)
+    row.note = f"killed after step {max(before, default=0)} was logged; resumed at step {redone_from}"
+    return row
+
+
+def all_faults_training(
+    work: Path, overrides: list[str], *, steps: int, upstream_timeout_s: float, timeout_s: float = 600.0
+) -> tuple[FaultRow, dict[str, Any]]:
+    """The default task trained under faults 1-4 at once; counts from the run's files and its trace store."""
+    row = FaultRow("all faults at once (training run)")
+    runs, log = work / "all", work / "all.log"
+    proc = _job(
+        runs,
+        "run",
+        [
+            "--faults",
+            f"--upstream-timeout-s={upstream_timeout_s}",
+            *overrides,
+            f"trainer.steps={steps}",
+            "rollout.retries=1",
+        ],
+        log,
+        timeout_s,
+    )
+    try:
+        code = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"the run did not finish in {timeout_s:g} s:\n{log.read_text()[-3000:]}") from None
+    if code != 0:
+        raise RuntimeError(f"the run failed ({code}):\n{log.read_text()[-3000:]}")
+    run_dir = runs / "run"
+    faults = json.loads((run_dir / "faults.json").read_text())
+    result = json.loads((run_dir / "result.json").read_text())
+    row.injected = sum(faults[k] for k in ("upstream_500", "upstream_hung", "agent_raised", "tool_raised"))
+    row.retried = faults["upstream_retried"]
+    row.failed = faults["tool_raised"]  # each recorded in its tool result (the model reads the error)
+    row.reasons["tool exception: injected tool fault"] = faults["tool_raised"]
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        # rollout/ episode counts: failed episodes (agent raised twice) are recorded with their reason
+        row.failed += int(m.get("episodes/failed", 0))
+    acknowledged = [json.loads(x) for x in (run_dir / "acknowledged.jsonl").read_text().splitlines() if x]
+    with TraceStore(run_dir / "traces.db") as store:
+        rows = store.query(TraceQuery(limit=10_000))
+        while len(rows) % 10_000 == 0 and rows:
+            more = store.query(TraceQuery(limit=10_000, after_seq=rows[-1][0]))
+            if not more:
+                break
+            rows += more
+    per_request = Counter((t.request_id, t.choice_index) for _, t in rows)
+    row.duplicated += sum(n - 1 for n in per_request.values() if n > 1)
+    stored = {rid for rid, _ in per_request}
+    row.lost += sum(a["id"] not in stored for a in acknowledged)
+    ids = Counter(a["id"] for a in acknowledged)
+    row.duplicated += sum(n - 1 for n in ids.values() if n > 1)
+    step_counts(row, logged_steps(run_dir), steps)
+    row.note = f"{len(acknowledged)} calls acknowledged, {len(rows)} trace rows; {faults}"
+    return row, result
