@@ -527,3 +527,59 @@ def all_faults_training(
     step_counts(row, logged_steps(run_dir), steps)
     row.note = f"{len(acknowledged)} calls acknowledged, {len(rows)} trace rows; {faults}"
     return row, result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. A vLLM server killed mid-step (tests/vllm_pool/test_vllm_pool.py's approach): two real vLLM servers
+# behind the pool's gateway, 24 sessions decoding, one server's process group SIGKILLed.
+
+
+def vllm_killed(work: Path, model_dir: str, *, sessions: int = 24) -> FaultRow:
+    from rllm.trainer.config import TrainConfig  # the pool's config: only this fault needs it
+    from rllm.trainer.vllm_pool import VLLMPoolEngine  # aiohttp, transformers: only this fault needs them
+    from rllm.utils.config import load_config
+
+    row = FaultRow("vLLM server killed mid-step")
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [f"model.path={model_dir}", "inference.engine=vllm", "inference.vllm.num_servers=2",
+         "inference.vllm.kvcache_space_gib=1", "backend.device=cpu"],
+    )  # fmt: skip
+    pool = VLLMPoolEngine.from_config(
+        cfg, model_dir, trace_store_path=work / "vllm.db", sync_dir=work / "sync", log_dir=work / "vllm_logs"
+    )
+    with pool:
+        assert pool._upstream is not None and pool.trace_store is not None
+        workers = pool._upstream.workers
+
+        async def run() -> list[Any]:
+            calls = [
+                asyncio.ensure_future(
+                    pool.generate(
+                        pool.apply_chat_template([{"role": "user", "content": f"A story about {i}."}]),
+                        SamplingParams(max_tokens=48, temperature=1.0, seed=i, ignore_eos=True),
+                        session_id=f"kill-{i}",
+                    )
+                )
+                for i in range(sessions)
+            ]
+            while not all(w.inflight > 0 for w in workers):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # both servers are decoding
+            row.injected = workers[1].inflight  # calls the kill cuts
+            os.killpg(pool.server_pgids()[1], signal.SIGKILL)
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+        results = asyncio.run(run())
+        for r in results:
+            if isinstance(r, BaseException):
+                row.failed += 1
+                row.reasons[f"{type(r).__name__}: {_short(str(r))}"] += 1
+        row.retried = pool._upstream.retried
+        per_session = [len(pool.trace_store.list(f"kill-{i}")) for i in range(sessions)]
+        ok = [not isinstance(r, BaseException) for r in results]
+        row.lost = sum(1 for good, n in zip(ok, per_session) if good and n == 0)
+        row.duplicated = sum(n - 1 for n in per_session if n > 1)
+        row.note = f"{sessions} sessions, {pool._upstream.rerouted} re-routed"
+    return row
