@@ -86,7 +86,7 @@ def main() -> int:
                 work,
                 ["trainer.threads=2", "trainer.plot=false", "trainer.loggers=[jsonl]", "eval.every_steps=0"],
                 steps=args.steps,
-                upstream_timeout_s=60.0,
+                upstream_timeout_s=20.0,
                 timeout_s=3600,
             )
             before, after = result["initial_accuracy"], result["final_accuracy"]
