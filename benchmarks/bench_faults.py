@@ -86,7 +86,9 @@ def main() -> int:
                 work,
                 ["trainer.threads=2", "trainer.plot=false", "trainer.loggers=[jsonl]", "eval.every_steps=0"],
                 steps=args.steps,
-                upstream_timeout_s=20.0,
+                # Above a call's queueing time on 2 cores (200 eval calls share the engine's batches): at 20 s
+                # every call of the built-in model's run timed out, so every episode failed (2026-12-03).
+                upstream_timeout_s=120.0,
                 timeout_s=3600,
             )
             before, after = result["initial_accuracy"], result["final_accuracy"]
