@@ -66,6 +66,14 @@ def add_gateway_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="key sent to the upstream (default: $RLLM_UPSTREAM_API_KEY)",
     )
     p.add_argument(
+        "--upstream-timeout-s",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="most seconds a call waits for an upstream's answer before it is retried on another worker "
+        "(a hung server; default: 600)",
+    )
+    p.add_argument(
         "--store", default="gateway_traces.db", help="SQLite trace store (default: ./gateway_traces.db)"
     )
     p.add_argument(
@@ -102,6 +110,13 @@ def run_gateway(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print(f"rllm gateway: error: --workers must be >= 1, not {args.workers}", file=sys.stderr)
         return 2
+    if not 0 < args.upstream_timeout_s < float("inf"):
+        print(
+            f"rllm gateway: error: --upstream-timeout-s must be a positive number of seconds, "
+            f"not {args.upstream_timeout_s}",
+            file=sys.stderr,
+        )
+        return 2
     if args.workers > 1:
         return _run_workers(args)
     try:
@@ -115,6 +130,7 @@ def run_gateway(args: argparse.Namespace) -> int:
             upstream_model=args.upstream_model,
             api_key=args.api_key,
             upstream_api_key=args.upstream_api_key,
+            upstream_timeout_s=args.upstream_timeout_s,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             tool_format=args.tool_format,
             device=args.device,
@@ -152,6 +168,7 @@ def _run_workers(args: argparse.Namespace) -> int:
             upstream_kind=args.upstream_kind,
             upstream_model=args.upstream_model,
             upstream_api_key=args.upstream_api_key,
+            upstream_timeout_s=args.upstream_timeout_s,
             api_key=args.api_key,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             fsync=args.fsync,

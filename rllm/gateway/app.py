@@ -32,6 +32,7 @@ import hmac
 import json
 import logging
 import re
+import sqlite3
 import time
 import uuid
 import zlib
@@ -362,14 +363,31 @@ class _Api:
             )
             for i, c in enumerate(result.choices)
         ]
-        # The reply is sent only after the traces are committed: an acknowledged call is never lost. Written
-        # on the loop, not in a thread: a WAL commit without fsync takes tens of microseconds, less than the
-        # thread hand-off; with fsync=True the hand-off keeps the loop serving while the disk syncs.
-        if self.state.store.fsync:
-            await asyncio.to_thread(self.state.store.add_many, traces)
-        else:
-            self.state.store.add_many(traces)
+        await self._record(traces)
         return Sampled(session_id, request_id, int(time.time()), result)
+
+    async def _record(self, traces: list[Trace]) -> None:
+        """Commit a request's traces. The reply is sent only after they are committed: an acknowledged call
+        is never lost. A store that cannot write (disk full, read-only, an I/O error) fails the call with a
+        503 that says so: the sampled reply is withheld, since training could never see it, and the
+        store's committed rows stay as they were (the failed transaction is rolled back)."""
+        store = self.state.store
+        try:
+            # On the loop, not in a thread: a WAL commit without fsync takes tens of microseconds, less than
+            # the thread hand-off; with fsync=True the hand-off keeps the loop serving while the disk syncs.
+            if store.fsync:
+                await asyncio.to_thread(store.add_many, traces)
+            else:
+                store.add_many(traces)
+        except sqlite3.Error as exc:
+            logger.error("the trace store %s could not record a call: %s", store.path, exc)
+            raise OpenAIError(
+                503,
+                f"the gateway's trace store ({store.path}) could not record this call ({exc}), so its reply "
+                "is withheld: free disk space or fix the store's permissions, then retry",
+                type="server_error",
+                code="trace_store_unavailable",
+            ) from exc
 
     async def list_models(self, request: Request) -> Response:
         _session_id(request)

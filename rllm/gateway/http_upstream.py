@@ -20,9 +20,12 @@ literal pieces and the name; ``rllm.gateway.vllm_forcing`` says which) are recor
 
 Routing: a session sticks to the worker that served its first call (its prefix cache stays warm for the
 next turn); a new session, or one whose worker is down, goes to the least-loaded healthy worker.
-Connection errors and 5xx answers are retried on another worker (the session then sticks to that one;
-the call is counted in ``rerouted``); a worker whose connection failed is marked unhealthy and skipped until
-the background health check (every ``health_interval_s``) sees its ``/health`` answer 200 again. A worker
+Connection errors, 5xx answers and calls that get no answer within ``timeout_s`` (a server that accepted
+the request and hangs) are retried, up to ``retries`` times: on another worker while there is one not yet
+tried for the call (the session then sticks to that one; the call is counted in ``rerouted``), else on one
+already tried (a one-server upstream retries a transient 5xx on the same server). Every retry is counted
+in ``retried``. A worker whose connection failed or timed out is marked unhealthy and skipped until the
+background health check (every ``health_interval_s``) sees its ``/health`` answer 200 again. A worker
 the owner ``retire``s (e.g. one that missed a weight sync) is never routed to again.
 
 **Policy.** The upstream names the model every call asks for (``model``: the served base model, or a LoRA
@@ -103,11 +106,18 @@ class HTTPUpstream:
     ) -> None:
         if not urls:
             raise ValueError("HTTPUpstream needs at least one upstream URL")
+        if not timeout_s > 0:  # also refuses NaN
+            raise ValueError(
+                f"the upstream call timeout must be a positive number of seconds, not {timeout_s!r}"
+            )
+        if retries < 0:
+            raise ValueError(f"upstream retries must be >= 0, not {retries}")
         self.workers = [Worker(_base_url(u)) for u in urls]
         self.kind: Kind | Literal["auto"] = kind
         self.model = model
         self.weight_version = weight_version
         self.rerouted = 0  # calls served by another worker after the one they were sent to failed
+        self.retried = 0  # attempts after a failed one (a 5xx, a connection error, a time-out), any worker
         self.retries = retries
         self.health_interval_s = health_interval_s
         self.max_sticky_sessions = max_sticky_sessions
@@ -253,6 +263,7 @@ class HTTPUpstream:
             "pool/servers_healthy": float(sum(w.healthy and not w.retired for w in self.workers)),
             "pool/servers_retired": float(sum(w.retired for w in self.workers)),
             "pool/calls_rerouted": float(self.rerouted),
+            "pool/calls_retried": float(self.retried),
             "pool/worker_failures": float(sum(w.failures for w in self.workers)),
             "pool/weight_version": float(self.weight_version),
         }
@@ -302,12 +313,15 @@ class HTTPUpstream:
         path = "/chat/completions" if request.endpoint == "chat.completions" else "/completions"
         tried: set[str] = set()
         last = "no worker tried"
-        for _ in range(self.retries + 1):
+        for attempt in range(self.retries + 1):
             w = self.pick(session_id, tried)
+            if w is None and tried:  # every worker tried once: try again rather than fail a transient error
+                w = self.pick(session_id)
             if w is None:
                 break
-            if tried:
-                self.rerouted += 1
+            if attempt:
+                self.retried += 1
+                self.rerouted += w.base_url not in tried
             tried.add(w.base_url)
             w.inflight += 1
             try:
@@ -461,6 +475,7 @@ class HTTPUpstream:
             "model": self.model,
             "weight_version": self.weight_version,
             "calls_rerouted": self.rerouted,
+            "calls_retried": self.retried,
             "workers": [
                 {
                     "url": w.base_url,

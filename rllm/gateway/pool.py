@@ -98,6 +98,7 @@ class GatewayProcesses:
         upstream_kind: str = "auto",
         upstream_model: str | None = None,
         upstream_api_key: str | None = None,
+        upstream_timeout_s: float = 600.0,
         api_key: str | None = None,
         max_body_bytes: int = 16 * 1024 * 1024,
         fsync: bool = False,
@@ -132,6 +133,7 @@ class GatewayProcesses:
             "upstream_model": upstream_model,
             "api_key": api_key,
             "upstream_api_key": upstream_api_key,
+            "upstream_timeout_s": upstream_timeout_s,
             "max_body_bytes": max_body_bytes,
             "fsync": fsync,
         }

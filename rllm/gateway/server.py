@@ -85,6 +85,7 @@ def serve(
     upstream_model: str | None = None,
     api_key: str | None = None,
     upstream_api_key: str | None = None,
+    upstream_timeout_s: float = 600.0,
     max_body_bytes: int = 16 * 1024 * 1024,
     tool_format: str = "hermes",
     device: str = "auto",
@@ -109,6 +110,7 @@ def serve(
         upstream_kind=upstream_kind,
         upstream_model=upstream_model,
         upstream_api_key=upstream_api_key,
+        upstream_timeout_s=upstream_timeout_s,
         tool_format=tool_format,
         device=device,
         dtype=dtype,
@@ -141,6 +143,7 @@ def build_upstream(
     upstream_kind: str = "auto",
     upstream_model: str | None = None,
     upstream_api_key: str | None = None,
+    upstream_timeout_s: float = 600.0,
     tool_format: str = "hermes",
     device: str = "auto",
     dtype: str = "auto",
@@ -151,7 +154,8 @@ def build_upstream(
 ) -> Any:
     """The gateway's upstream: the OpenAI-compatible servers at ``upstreams`` (probed now, so nothing
     answering fails at start-up rather than on the first request), or else ``model`` in a local engine
-    whose batches wait ``batch_wait_ms`` for calls arriving a few ms apart."""
+    whose batches wait ``batch_wait_ms`` for calls arriving a few ms apart. ``upstream_timeout_s``: how long
+    a call waits for an upstream's answer before it is retried elsewhere (a hung server)."""
     if upstreams:
         if probe:
             upstream_kind, upstream_model = probe_upstream(
@@ -165,6 +169,7 @@ def build_upstream(
             kind=upstream_kind,
             model=upstream_model,  # type: ignore[arg-type]
             api_key=upstream_api_key,
+            timeout_s=upstream_timeout_s,
             weight_version=weight_version,
         )
     from rllm.inference.local import LocalEngine  # torch and transformers: only a local model needs them

@@ -182,6 +182,13 @@ class VLLMPoolConfig(_Section):
     )
     kvcache_space_gib: int = Field(2, gt=0, description="CPU build only: KV cache GiB per server.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Most seconds for a server to answer /health.")
+    call_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Most seconds one call may wait for a server's answer; a call that gets none (a hung "
+        "server) is retried on another server, and the server is skipped until its /health answers again.",
+    )
     gateway_workers: int = Field(
         1,
         gt=0,

@@ -249,6 +249,7 @@ class VLLMPoolEngine:
             lora_rank=cfg.lora.rank if cfg.lora.enabled else None,
             seed=cfg.trainer.seed,
             log_dir=log_dir,
+            call_timeout_s=cfg.inference.vllm.call_timeout_s,
         )
 
     # ------------------------------------------------------------------ configuration
@@ -333,6 +334,7 @@ class VLLMPoolEngine:
                     upstreams=[f"{u}/v1" for u in self.urls],
                     upstream_kind="vllm",
                     upstream_model=base_model,
+                    upstream_timeout_s=self.call_timeout_s,
                     log_dir=self.log_dir,
                 ).start()
                 self.gateway_urls = list(self._gateway_procs.urls)
@@ -687,6 +689,7 @@ class VLLMPoolEngine:
             "pool/servers_healthy": float(len(healthy)),
             "pool/servers_retired": float(len(self._retired)),
             "pool/calls_rerouted": float(sum(v.get("calls_rerouted", 0) for v in views)),
+            "pool/calls_retried": float(sum(v.get("calls_retried", 0) for v in views)),
             "pool/worker_failures": float(
                 sum(w.get("failures", 0) for v in views for w in v.get("workers", []))
             ),
