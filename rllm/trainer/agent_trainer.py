@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -476,11 +477,20 @@ class AgentTrainer:
             self.run_store.finish(asdict(result))
         return result
 
-    def _run_steps(self, start_step: int, eval_history: list[dict[str, float]], metrics_logger: Any) -> None:
-        """Steps ``start_step`` .. ``trainer.steps - 1``, each logged, evaluated and checkpointed as configured."""
+    def _run_steps(
+        self,
+        start_step: int,
+        eval_history: list[dict[str, float]],
+        metrics_logger: Any,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """Steps ``start_step`` .. ``trainer.steps - 1``, each logged, evaluated and checkpointed as configured.
+        ``stop`` (async mode's training thread): set when the run is being torn down; no new step starts."""
         cfg = self.cfg
         with timed("loop") as loop:
             for step in range(start_step, cfg.trainer.steps):
+                if stop is not None and stop.is_set():
+                    raise RuntimeError(f"the run was stopped before step {step}")
                 metrics = self.train_step(step)
                 done = step + 1
                 # The mean time per step so far (evals and checkpoints included) times the steps left.
@@ -520,9 +530,13 @@ class AgentTrainer:
         )
         self._producer = producer
         producer.start_producing()
+        stop = threading.Event()
         try:
-            await asyncio.to_thread(self._run_steps, start_step, eval_history, metrics_logger)
+            await asyncio.to_thread(self._run_steps, start_step, eval_history, metrics_logger, stop)
         finally:
+            # Also on Ctrl-C / SIGTERM (the run's loop is then closed, cancelling this): the training thread
+            # starts no new step, so closing the loop does not wait for the rest of the run.
+            stop.set()
             self._producer = None
             await producer.stop()
 

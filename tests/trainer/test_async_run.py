@@ -107,3 +107,56 @@ def test_a_sample_older_than_the_bound_is_dropped_and_sampled_again(vocab_model:
         loop.run(main())
     finally:
         loop.close()
+
+
+def test_sigterm_stops_an_async_run_promptly(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C) while the training thread and the producer run: the process unwinds and exits
+    143 within seconds; the training thread starts no further step, so closing the run's loop does not wait
+    for the rest of a 100,000-step run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "runs" / "learn"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllm",
+        "train",
+        f"model.path={tiny_model_dir}",
+        "lora.rank=4",
+        "backend.device=cpu",
+        "trainer.steps=100000",
+        "trainer.threads=1",
+        "rollout.batch_size=4",
+        "rollout.group_size=4",
+        "rollout.max_tokens=2",
+        "rollout.max_staleness=1",
+        "algorithm.filters.drop_zero_variance=false",
+        "eval.before=false",
+        "eval.every_steps=0",
+        "eval.max_tokens=1",
+        "data.train_size=16",
+        "data.test_size=4",
+        f"trainer.run_dir={tmp_path / 'runs'}",
+        "trainer.name=learn",
+        "trainer.loggers=[jsonl]",
+        "trainer.plot=false",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the run logged no steps in 120 s"
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert code == 143 and time.monotonic() - t0 < 60
+    assert len(metrics.read_text().splitlines()) < 100_000
