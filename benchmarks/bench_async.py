@@ -22,7 +22,7 @@ Steps per minute are steady-state: (steps - 1) over the time from the first step
 rollout = update, is 2x). It also prints each mode's p99 episode time against its mean step time: with the
 long tail overlapped, async's step is shorter than its slowest episodes.
 
-    .venv/bin/python benchmarks/bench_async.py            # 12 steps per mode (about 4 minutes)
+    .venv/bin/python benchmarks/bench_async.py            # 8 steps per mode (about 4 minutes)
     .venv/bin/python benchmarks/bench_async.py --quick    # plumbing check: 3 steps, a smaller model
 """
 
@@ -208,14 +208,14 @@ def main() -> int:
     p.add_argument(
         "--quick", action="store_true", help="plumbing check: 3 steps, a smaller model, short latency"
     )
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--latency-s", type=float, default=0.25, help="the proxy's fixed latency per model call")
-    p.add_argument("--max-turns", type=int, default=8)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--latency-s", type=float, default=0.5, help="the proxy's fixed latency per model call")
+    p.add_argument("--max-turns", type=int, default=6)
     p.add_argument("--tokens", type=int, default=16, help="tokens per model call")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--hidden", type=int, default=384, help="the trained model's hidden size")
-    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--hidden", type=int, default=256, help="the trained model's hidden size")
+    p.add_argument("--layers", type=int, default=4)
     p.add_argument("--threads", type=int, default=1, help="torch threads (the trainer's; the engine shares)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
