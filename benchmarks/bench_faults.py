@@ -84,11 +84,19 @@ def main() -> int:
         else:
             row, result = all_faults_training(
                 work,
-                ["trainer.threads=2", "trainer.plot=false", "trainer.loggers=[jsonl]", "eval.every_steps=0"],
+                [
+                    "trainer.threads=2",
+                    "trainer.plot=false",
+                    "trainer.loggers=[jsonl]",
+                    "eval.every_steps=0",
+                    # At most 32 episodes in flight, so a call's queueing time on 2 cores stays well under the
+                    # call timeout: with all 200 eval calls at once and a 20 s timeout, every call of the
+                    # built-in model's run timed out (2026-12-03); with 120 s, each hung call held its step
+                    # for 2 minutes (4 min a step).
+                    "rollout.max_concurrency=32",
+                ],
                 steps=args.steps,
-                # Above a call's queueing time on 2 cores (200 eval calls share the engine's batches): at 20 s
-                # every call of the built-in model's run timed out, so every episode failed (2026-12-03).
-                upstream_timeout_s=120.0,
+                upstream_timeout_s=30.0,
                 timeout_s=3600,
             )
             before, after = result["initial_accuracy"], result["final_accuracy"]
