@@ -431,7 +431,8 @@ def logged_steps(run_dir: Path) -> Counter[int]:
 def step_counts(row: FaultRow, steps: Counter[int], expected: int) -> None:
     row.lost += sum(s not in steps for s in range(1, expected + 1))
     row.duplicated += sum(n - 1 for n in steps.values() if n > 1)
-    row.duplicated += sum(n for s, n in steps.items() if not 1 <= s <= expected)
+    # Step 0 is the held-out eval before training (eval.before), logged once like any step.
+    row.duplicated += sum(n for s, n in steps.items() if not 0 <= s <= expected)
 
 
 def trainer_killed(work: Path, model_dir: str | Path, *, steps: int = 4, kill_after: int = 2) -> FaultRow:
