@@ -198,6 +198,7 @@ def test_killed_mid_step_reuses_the_journaled_episodes(
     _assert_same_run(uninterrupted, run)
 
 
+@pytest.mark.slow  # 3 real killed and resumed runs, ~30 s: the slow tier (CI runs it)
 @pytest.mark.parametrize("stage", ["rollout", "update", "sync"])
 def test_async_run_killed_mid_step_loses_and_repeats_nothing(
     tiny_model_dir: Path, tmp_path: Path, stage: str

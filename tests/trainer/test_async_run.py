@@ -73,7 +73,12 @@ def test_async_config_is_checked(vocab_model: Path, tmp_path: Path) -> None:
     with pytest.raises(UnsupportedConfigError, match="partial_rollouts applies to async training only"):
         check("rollout.partial_rollouts=false")
     with pytest.raises(UnsupportedConfigError, match="async training on the vLLM pool needs lora.enabled"):
-        check("rollout.max_staleness=1", "inference.engine=vllm", "lora.enabled=false")
+        check(
+            "rollout.max_staleness=1",
+            "inference.engine=vllm",
+            "inference.vllm.urls=[http://127.0.0.1:9/v1]",  # attached: no vLLM venv needed to check
+            "lora.enabled=false",
+        )
     check("rollout.max_staleness=1", "rollout.partial_rollouts=false")
 
 
