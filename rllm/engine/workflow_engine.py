@@ -39,6 +39,20 @@ def task_id_of(task: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(task, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def group_jobs(
+    tasks: list[dict[str, Any]], group_size: int, sampling: SamplingParams
+) -> list[tuple[dict[str, Any], SamplingParams]]:
+    """The ``(task, sampling)`` jobs of ``group_size`` adjacent attempts at each task. A seeded ``sampling``
+    gives job ``j`` the seed ``seed + 104_729 * j`` (else a group would be n copies of one episode)."""
+    jobs = [task for task in tasks for _ in range(group_size)]
+    if sampling.seed is None:
+        return [(task, sampling) for task in jobs]
+    return [
+        (task, sampling.model_copy(update={"seed": sampling.seed + 104_729 * j}))
+        for j, task in enumerate(jobs)
+    ]
+
+
 def _as_outcome(result: Outcome | float | bool | None) -> Outcome:
     return Outcome() if result is None else as_outcome(result, source="a workflow")
 
@@ -146,13 +160,7 @@ class WorkflowEngine:
         Job ``j`` is attempt ``j % group_size`` of task ``j // group_size``. ``on_episode(j, episode)`` is
         called as each job finishes; ``done`` maps jobs already finished (a resumed step's journaled
         episodes) to their episodes, which are returned in their place and not run again."""
-        jobs = [task for task in tasks for _ in range(group_size)]
-        base = sampling or self.sampling
-        # A seeded run gives every episode its own reproducible seed (else a group would be n copies).
-        per_job = [
-            base if base.seed is None else base.model_copy(update={"seed": base.seed + 104_729 * j})
-            for j in range(len(jobs))
-        ]
+        jobs = group_jobs(tasks, group_size, sampling or self.sampling)
         done = done or {}
         todo = [j for j in range(len(jobs)) if j not in done]
 
@@ -160,9 +168,7 @@ class WorkflowEngine:
             if on_episode is not None:
                 on_episode(todo[i], episode)
 
-        new = await self.run_jobs(
-            [(jobs[j], per_job[j]) for j in todo], on_episode=finished, description=description
-        )
+        new = await self.run_jobs([jobs[j] for j in todo], on_episode=finished, description=description)
         out = dict(done)
         out.update(zip(todo, new))
         return [out[j] for j in range(len(jobs))]

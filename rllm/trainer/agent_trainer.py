@@ -25,7 +25,7 @@ import torch
 
 from rllm.algorithms.prepare import PreparedBatch, credit_signal, prepare_batch, reward_shapers
 from rllm.algorithms.refill import fresh_tasks, refill_batch
-from rllm.engine.workflow_engine import Workflow, WorkflowEngine, task_id_of
+from rllm.engine.workflow_engine import Workflow, WorkflowEngine, group_jobs, task_id_of
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
@@ -351,17 +351,18 @@ class AgentTrainer:
 
         Job j of round r is "r<r>:<j>" in the journal: each is journaled as it finishes, and a resumed step
         takes the ones a killed run finished and samples only the rest."""
-        jobs = self._jobs(tasks, step, round)
         done = journaled_jobs(self.journal, step, round, tasks, self.cfg.rollout.group_size)
-        todo = [j for j in range(len(jobs)) if j not in done]
-        new = self._loop.run(
-            self.rollouts.run_jobs(
-                [jobs[j] for j in todo],
-                on_episode=lambda i, episode: self._journal_episode(step, f"r{round}:{todo[i]}", episode),
+        self._note_reused(step, round, done)
+        return self._loop.run(
+            self.rollouts.run_tasks(
+                tasks,
+                group_size=self.cfg.rollout.group_size,
+                sampling=self._sampling(step, round),
                 description=description,
+                on_episode=lambda j, episode: self._journal_episode(step, f"r{round}:{j}", episode),
+                done=done,
             )
         )
-        return self._with_reused(step, round, done, dict(zip(todo, new)), len(jobs))
 
     def _journal_episode(self, step: int, key: str, episode: Episode) -> None:
         """Persist a finished episode as job ``key`` of ``step`` (called as each finishes, on the loop)."""
@@ -369,26 +370,21 @@ class AgentTrainer:
         if self.journal is not None:
             self.journal.record(step, key, episode)
 
-    def _with_reused(
-        self, step: int, round: int, done: dict[int, Episode], new: dict[int, Episode], n: int
-    ) -> list[Episode]:
-        """The step's ``n`` jobs in order: the journaled ones (counted as reused) and the new ones."""
+    def _note_reused(self, step: int, round: int, done: dict[int, Episode]) -> None:
+        """Key and count the journaled episodes a resumed step takes instead of sampling them."""
         keys = self._job_keys.setdefault(step, {})
         keys.update({episode.id: f"r{round}:{index}" for index, episode in done.items()})
         self._reused[step] = self._reused.get(step, 0) + len(done)
-        out = {**done, **new}
-        return [out[j] for j in range(n)]
+
+    def _sampling(self, step: int, round: int = 0) -> SamplingParams:
+        """The training sampling params under the seed of (trainer seed, step, round); each job's own seed is
+        derived from it (``group_jobs``)."""
+        seed = self.cfg.trainer.seed * 7_919 + step * 1_000_003 + round * 100_003
+        return self.train_sampling.model_copy(update={"seed": seed})
 
     def _jobs(self, tasks: list[dict[str, Any]], step: int, round: int = 0) -> list[Job]:
-        """The ``(task, sampling)`` jobs of ``tasks``: ``group_size`` adjacent attempts each, every one with its
-        own seed derived from (trainer seed, step, round, position)."""
-        cfg = self.cfg
-        seed = cfg.trainer.seed * 7_919 + step * 1_000_003 + round * 100_003
-        jobs = [task for task in tasks for _ in range(cfg.rollout.group_size)]
-        return [
-            (task, self.train_sampling.model_copy(update={"seed": seed + 104_729 * j}))
-            for j, task in enumerate(jobs)
-        ]
+        """The ``(task, sampling)`` jobs ``_sample`` runs for ``tasks`` (the async producer runs the same)."""
+        return group_jobs(tasks, self.cfg.rollout.group_size, self._sampling(step, round))
 
     def _record_batch(
         self, step: int, prepared: PreparedBatch, batch_episodes: list[Episode], metrics: dict[str, float]
@@ -554,9 +550,10 @@ class AgentTrainer:
             self._journal_episode(step, f"r0:{j}", episode)
             return episode
 
+        self._note_reused(step, 0, done)
         todo = [j for j in range(len(jobs)) if j not in done]
-        new = await asyncio.gather(*(one(j) for j in todo))
-        return self._with_reused(step, 0, done, dict(zip(todo, new)), len(jobs))
+        out = {**done, **dict(zip(todo, await asyncio.gather(*(one(j) for j in todo))))}
+        return [out[j] for j in range(len(jobs))]
 
     async def _resample(self, step: int, round: int, index: int) -> Episode:
         """Async mode: job ``index`` of ``step`` sampled again (fresh seeds) to replace a stale episode;

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rllm.engine.workflow_engine import WorkflowEngine
@@ -74,7 +74,6 @@ class _Counters:
     dropped_stale: int = 0
     sampler_idle_s: float = 0.0
     idle_since: float | None = None
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 class RolloutProducer:
