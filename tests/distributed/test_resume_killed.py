@@ -28,7 +28,10 @@ DIST = (
     "backend.distributed.world_size=2",
     "backend.distributed.startup_timeout_s=120",
 )
+# What legitimately differs between two runs of the same steps: wall-clock times and speeds, and how many
+# episodes a resumed step took from the journal (asserted on its own below).
 _TIMING = ("time", "time/", "perf/")
+_RECOVERY = ("rollout/reused_episodes",)
 
 
 def _lines(run: Path) -> list[dict]:
@@ -36,7 +39,11 @@ def _lines(run: Path) -> list[dict]:
 
 
 def _comparable(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not (k.startswith(_TIMING) or k.endswith("_s"))}
+    return {
+        k: v
+        for k, v in record.items()
+        if not (k.startswith(_TIMING) or k.endswith("_s") or k in _RECOVERY)
+    }
 
 
 def _wait_for_no_ray(timeout_s: float) -> list[str]:
@@ -93,6 +100,10 @@ def test_killed_distributed_trainer_resumes_exactly(tiny_model_dir: Path, tmp_pa
     assert [r["step"] for r in _lines(run)] == [1, 2, 3, 4]
     for ra, rb in zip(_lines(a / "job"), _lines(run)):
         assert _comparable(ra) == _comparable(rb), ra["step"]
+    # Steps 3 and 4 (1-based) are redone; the killed run had finished both steps' episodes, so the resume
+    # takes them from the journal instead of sampling them again.
+    reused = {r["step"]: r.get("rollout/reused_episodes", 0.0) for r in _lines(run)}
+    assert reused[3] == 8.0 and reused[4] == 8.0, reused
     final_a = load_file(a / "job" / "final_model" / "model.safetensors")
     final_b = load_file(run / "final_model" / "model.safetensors")
     assert final_a.keys() == final_b.keys() and final_a
