@@ -41,9 +41,9 @@ import httpx
 from _fault_servers import FAKE_MODEL, FlakyServer, GatewayUnderTest
 
 import rllm
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.gateway.traces import TraceQuery, TraceStore
 from rllm.inference.base import SamplingParams
+from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.sdk.workflow import GatewayWorkflow
 from rllm.tool_calls import ToolCall
 from rllm.tools import ToolRegistry, make_python_tool, tool
@@ -159,9 +159,9 @@ def run_episodes(
     retries: int = 1,
     seed: int = 0,
 ) -> tuple[list[Episode], int]:
-    """Run ``tasks`` x ``group_size`` episodes of ``flow`` through the workflow engine and the gateway."""
+    """Run ``tasks`` x ``group_size`` episodes of ``flow`` through the workflow runner and the gateway."""
     workflow = GatewayWorkflow(flow, gateway_url=gateway.url, model=FAKE_MODEL, store=gateway.store)
-    engine = WorkflowEngine(
+    engine = WorkflowRunner(
         workflow, None, SamplingParams(max_tokens=4, seed=seed), retries=retries, max_concurrency=16,
         show_progress=False,
     )  # fmt: skip

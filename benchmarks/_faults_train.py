@@ -157,7 +157,7 @@ class FaultyGatewayTrainer(AgentTrainer):
 
 def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    for name in ("httpx", "transformers", "rllm.gateway.http_upstream", "rllm.engine.workflow_engine"):
+    for name in ("httpx", "transformers", "rllm.gateway.http_upstream", "rllm.runner.workflow_runner"):
         logging.getLogger(name).setLevel(logging.ERROR)
     runs, name, *rest = argv
     faults = "--faults" in rest

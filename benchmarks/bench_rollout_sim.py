@@ -1,10 +1,10 @@
-"""Rollout-side scaling: can the workflow engine keep thousands of multi-turn episodes in flight?
+"""Rollout-side scaling: can the workflow runner keep thousands of multi-turn episodes in flight?
 
-The real :class:`~rllm.engine.workflow_engine.WorkflowEngine` runs a multi-turn workflow (each turn one
+The real :class:`~rllm.runner.workflow_runner.WorkflowRunner` runs a multi-turn workflow (each turn one
 ``ctx.chat`` call, then a made-up environment reply appended to the conversation) against a **FAKE
 upstream pool**: :class:`FakeFixedLatencyPool`, an in-process engine whose ``generate`` sleeps a fixed
 latency (the time a server would take to sample the turn) and returns made-up tokens. The pool has
-unlimited slots, so the only thing that can hold episodes back is the driver: the workflow engine, the
+unlimited slots, so the only thing that can hold episodes back is the driver: the workflow runner, the
 rollout context, the Step bookkeeping and asyncio. Tokenization is not simulated (prompt ids are made
 up, as a real server's chat template would run inside the server for a gateway-routed agent).
 
@@ -36,9 +36,9 @@ from typing import Any
 
 from _common import header_line, markdown_table
 
-from rllm.engine.context import RolloutContext
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.inference.base import Completion, SamplingParams
+from rllm.runner.context import RolloutContext
+from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.types import Outcome
 
 TARGET_EFFICIENCY = 0.80
@@ -107,9 +107,9 @@ def multi_turn_workflow(turns: int) -> Any:
 
 
 def run_point(concurrency: int, *, turns: int, latency_s: float, rounds: int) -> dict[str, Any]:
-    """One concurrency: ``rounds x concurrency`` episodes through the real WorkflowEngine."""
+    """One concurrency: ``rounds x concurrency`` episodes through the real WorkflowRunner."""
     pool = FakeFixedLatencyPool(latency_s)
-    engine = WorkflowEngine(
+    engine = WorkflowRunner(
         multi_turn_workflow(turns),
         pool,
         SamplingParams(max_tokens=32, seed=0),
@@ -174,7 +174,7 @@ def main() -> int:
         )
     load_end = os.getloadavg()[0]
     print(
-        f"\n**Rollout simulation: the real WorkflowEngine, {args.turns}-turn episodes, a FAKE upstream pool "
+        f"\n**Rollout simulation: the real WorkflowRunner, {args.turns}-turn episodes, a FAKE upstream pool "
         f"answering each call in {args.latency_s * 1000:g} ms; {args.rounds} episode(s) per slot**"
     )
     print(header_line())

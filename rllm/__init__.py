@@ -24,7 +24,7 @@ _EXPORTS: dict[str, str] = {
     "SamplingParams": "rllm.inference.base",
     "Outcome": "rllm.types",
     "TerminationReason": "rllm.types",
-    "RolloutContext": "rllm.engine.context",
+    "RolloutContext": "rllm.runner.context",
     "load_config": "rllm.utils.config",
     "rollout": "rllm.sdk.decorators",
     "evaluator": "rllm.sdk.decorators",
@@ -74,9 +74,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from rllm.agents.base import Agent, InvalidAction
-    from rllm.engine.context import RolloutContext
     from rllm.envs.base import Env, EnvStep
     from rllm.inference.base import SamplingParams
+    from rllm.runner.context import RolloutContext
     from rllm.sdk.decorators import AgentConfig, evaluator, rollout
     from rllm.tools.tool import Tool, ToolRegistry, tool
     from rllm.trainer.agent_trainer import AgentTrainer, TrainResult

@@ -3,10 +3,10 @@
 An **Episode** is one attempt at one task. It holds one or more **Trajectories**, one per role
 (``"solver"``, ``"judge"``, or ``"default"`` for a single-agent flow). A trajectory is the ordered list
 of **Steps** that role took; a step is one LLM call with the exact token ids the inference engine saw and
-produced and the logprob it reported for each produced token. The workflow engine creates episodes; the
+produced and the logprob it reported for each produced token. The workflow runner creates episodes; the
 transform pipeline turns them into a **TrainBatch**; the training backend consumes that batch and
 discards it after the optimizer step. An **Outcome** is the verdict on one episode (or one response):
-rewards, evaluators and workflows return one, and the workflow engine copies it onto the Episode. A **Trace** is what the model gateway records for one
+rewards, evaluators and workflows return one, and the workflow runner copies it onto the Episode. A **Trace** is what the model gateway records for one
 sampled choice of one request; the engine assembles Steps from a session's traces.
 
 Token in, token out: training uses ``prompt_ids`` / ``response_ids`` as sampled, never re-tokenized text.
@@ -38,7 +38,7 @@ class Outcome(BaseModel):
 
     Whoever judges makes one: a reward function scoring a response (``reward_fn(task, response)``), an
     evaluator scoring an episode (``@rllm.evaluator``), a workflow at the end of its episode (``return
-    Outcome(...)``; a float or a bool will do). The workflow engine copies it onto the Episode and its
+    Outcome(...)``; a float or a bool will do). The workflow runner copies it onto the Episode and its
     trajectories, then drops it.
 
     ``reward`` is every trajectory's reward, except those ``role_rewards`` names: a role its own reward,
@@ -135,7 +135,7 @@ class Trajectory(BaseModel):
 
 
 class Episode(BaseModel):
-    """One attempt at one task, created by the workflow engine.
+    """One attempt at one task, created by the workflow runner.
 
     ``task_id`` groups attempts at the same task for group-relative advantages; ``attempt`` counts
     retries. A failed episode carries ``termination_reason=ERROR`` (or ``TIMEOUT``) and ``error``.

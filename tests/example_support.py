@@ -16,11 +16,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.base import Completion, SamplingParams
+from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.sdk import GatewayWorkflow
 from rllm.types import Episode, Trace
 
@@ -96,7 +96,7 @@ def run_scripted_tasks(
     with TraceStore(db) as store, GatewayServer(create_app(engine, store, model_name="tiny")) as srv:
         workflow = GatewayWorkflow(example.calculator_agent, example.grade, gateway_url=srv.url, model="tiny")
         params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=3)
-        runner = WorkflowEngine(workflow, engine, params, show_progress=False)
+        runner = WorkflowRunner(workflow, engine, params, show_progress=False)
         episodes = asyncio.run(runner.run_tasks(tasks))
         traces = [store.list(episode.id) for episode in episodes]
     return episodes, engine, traces

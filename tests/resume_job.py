@@ -28,7 +28,7 @@ from typing import Any
 
 from run_support import tiny_run_config
 
-from rllm.engine.context import RolloutContext
+from rllm.runner.context import RolloutContext
 from rllm.store.journal import EpisodeJournal
 from rllm.trainer import agent_trainer
 from rllm.trainer.agent_trainer import AgentTrainer, TrainResult

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from rllm.engine.assembly import assemble_steps, traces_to_trajectories
 from rllm.gateway.traces import Trace
+from rllm.runner.assembly import assemble_steps, traces_to_trajectories
 
 
 def _trace(prompt: list[int], completion: list[int], session: str = "s", **kw: object) -> Trace:

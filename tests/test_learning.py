@@ -22,7 +22,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from rllm.engine.context import RolloutContext
+from rllm.runner.context import RolloutContext
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.config import TrainConfig
 from rllm.utils.config import load_config

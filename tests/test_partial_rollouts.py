@@ -90,11 +90,11 @@ def test_behind_the_gateway_the_trace_and_step_record_both_versions(
     (what staleness is measured from) with the newest in its info."""
     import openai
 
-    from rllm.engine.assembly import assemble_steps
     from rllm.gateway.app import create_app
     from rllm.gateway.server import GatewayServer
     from rllm.gateway.traces import TraceStore
     from rllm.gateway.upstreams import LocalUpstream
+    from rllm.runner.assembly import assemble_steps
 
     store = TraceStore(tmp_path / "traces.db")
     server = GatewayServer(create_app(LocalUpstream(engine), store, model_name="tiny")).start()

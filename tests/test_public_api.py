@@ -24,7 +24,7 @@ def test_every_name_in_rllm_all_resolves_to_what_its_home_module_defines() -> No
         assert getattr(rllm, name) is not None, name
     assert len(set(rllm.__all__)) == len(rllm.__all__)
     # The types users' code touches are the ones the rest of rllm uses, not copies.
-    from rllm.engine.context import RolloutContext
+    from rllm.runner.context import RolloutContext
     from rllm.sdk.decorators import evaluator, rollout
     from rllm.types import Episode, Outcome, Step, Trajectory
 

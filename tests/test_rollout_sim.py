@@ -1,4 +1,4 @@
-"""benchmarks/bench_rollout_sim.py drives the real WorkflowEngine against its FAKE fixed-latency pool:
+"""benchmarks/bench_rollout_sim.py drives the real WorkflowRunner against its FAKE fixed-latency pool:
 every episode runs all its turns as Steps, the engine keeps exactly max_concurrency episodes in flight
 (never more), each episode is one session, and no run beats the fake latency (the sim measures what it
 claims). Efficiency itself is a benchmark number, not asserted here."""
@@ -28,11 +28,11 @@ def test_sim_runs_every_turn_at_the_concurrency_it_names() -> None:
 def test_fake_pool_turns_are_real_multi_turn_steps() -> None:
     import asyncio
 
-    from rllm.engine.workflow_engine import WorkflowEngine
     from rllm.inference.base import SamplingParams
+    from rllm.runner.workflow_runner import WorkflowRunner
 
     pool = bench_rollout_sim.FakeFixedLatencyPool(0.001, completion_tokens=5)
-    engine = WorkflowEngine(
+    engine = WorkflowRunner(
         bench_rollout_sim.multi_turn_workflow(3), pool, SamplingParams(max_tokens=5), show_progress=False
     )
     (episode,) = asyncio.run(engine.run_tasks([{"task_id": "a", "question": "q"}]))

@@ -1,5 +1,5 @@
 """The SDK end to end: @rllm.rollout flows using the real openai client against a real gateway on
-loopback, run by the workflow engine, traces assembled into steps, rewards from @rllm.evaluator."""
+loopback, run by the workflow runner, traces assembled into steps, rewards from @rllm.evaluator."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 import rllm
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine
+from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.sdk import AgentConfig, GatewayWorkflow
 from rllm.trainer.agent_trainer import AgentTrainer
 
@@ -37,7 +37,7 @@ def _run(
     workflow: Any, engine: LocalEngine, tasks: list[dict], group_size: int = 1, **sampling: Any
 ) -> list[rllm.Episode]:
     params = SamplingParams(temperature=1.0, max_tokens=6, seed=11, **sampling)
-    eng = WorkflowEngine(workflow, engine, params, show_progress=False)
+    eng = WorkflowRunner(workflow, engine, params, show_progress=False)
     return asyncio.run(eng.run_tasks(tasks, group_size=group_size))
 
 
@@ -225,7 +225,7 @@ def test_flow_may_return_its_own_trajectories(gateway: tuple) -> None:
         await client.completions.create(model=config.model, prompt="b", max_tokens=2)
         wf = GatewayWorkflow(labelled, gateway_url=config.gateway_url, model=config.model)
         traces = await wf.read_traces(config.session_id)
-        from rllm.engine.assembly import assemble_steps
+        from rllm.runner.assembly import assemble_steps
 
         (first, second), _ = assemble_steps(traces)
         return [

@@ -23,12 +23,12 @@ from typing import Any
 
 from typing_extensions import Self
 
-from rllm.engine.workflow_engine import WorkflowEngine, task_id_of
 from rllm.eval.passk import ks_to_report, mean_pass_at_k
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer, build_upstream
 from rllm.gateway.traces import TraceStore
 from rllm.inference.base import SamplingParams
+from rllm.runner.workflow_runner import WorkflowRunner, task_id_of
 from rllm.sdk.workflow import GatewayWorkflow
 from rllm.store import RunWriter
 
@@ -310,7 +310,7 @@ def _run(
                 merge_turns=False,
             )
             # The flow talks to the gateway, never to an engine of its own: no engine here.
-            runner = WorkflowEngine(
+            runner = WorkflowRunner(
                 workflow,
                 None,
                 jobs[0][1],

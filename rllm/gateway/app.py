@@ -3,7 +3,7 @@ engine, or vLLM / SGLang / OpenAI-compatible servers) and records every call tok
 :class:`~rllm.gateway.traces.TraceStore`.
 
 An agent is pointed at ``{gateway}/sessions/{session_id}/v1`` as its OpenAI base URL; every call it makes
-is stored under that session (``default`` for the plain ``/v1`` routes), and the workflow engine reads
+is stored under that session (``default`` for the plain ``/v1`` routes), and the workflow runner reads
 the session's traces back to build the episode's steps.
 
 Routes (each ``/v1`` route also under ``/sessions/{session_id}``):

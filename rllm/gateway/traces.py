@@ -4,7 +4,7 @@ A **Trace** is one sampled choice of one request: what the model was shown (``pr
 produced (``completion_token_ids``, one ``logprobs`` entry per token) and what the client received
 (``response_text``, and for chat the whole ``response_message`` with any tool calls). A request with
 ``n > 1`` gives ``n`` traces that share a ``request_id`` and differ in ``choice_index``: each choice is a
-separate training sample. The workflow engine later reads a session's traces and turns them into
+separate training sample. The workflow runner later reads a session's traces and turns them into
 :class:`rllm.types.Step` objects; it never re-tokenizes ``response_text``.
 
 A **session** is the unit an agent run is routed by (``/sessions/{id}/v1``). It exists implicitly as soon

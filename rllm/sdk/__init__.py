@@ -5,7 +5,7 @@ rllm trains the model behind it.
   :class:`AgentConfig` with the session's ``base_url``, ``model``, ``session_id`` and sampling settings.
 - :func:`evaluator` turns ``fn(task, episode)`` into the flow's reward (a float, a bool, or an
   :class:`~rllm.types.Outcome` with named signals and per-role rewards).
-- :class:`GatewayWorkflow` runs a flow under the workflow engine: one gateway session per episode, its
+- :class:`GatewayWorkflow` runs a flow under the workflow runner: one gateway session per episode, its
   traces assembled into token-faithful Steps, the evaluator's result as the reward.
 
 The agent never imports the trainer: it sees a base URL and a model name.

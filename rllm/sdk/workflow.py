@@ -3,7 +3,7 @@
 For each episode the workflow creates the session ``{episode_id}`` on the gateway with the trainer's
 sampling settings as overrides (role sub-sessions ``{episode_id}:{role}`` inherit them), runs the flow
 with an :class:`AgentConfig` pointing at it, reads the session's traces back, assembles them into
-token-faithful Steps (one trajectory per role, see :mod:`rllm.engine.assembly`), and scores the episode
+token-faithful Steps (one trajectory per role, see :mod:`rllm.runner.assembly`), and scores the episode
 with the evaluator (or with what the flow returned).
 
 Several gateway URLs (the workers of :class:`rllm.gateway.pool.GatewayProcesses`, or separate gateways
@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
-from rllm.engine.assembly import traces_to_trajectories
-from rllm.engine.context import RolloutContext
 from rllm.gateway.pool import route
 from rllm.gateway.traces import OVERRIDABLE_SAMPLING, SessionInfo, Trace, TraceQuery, TraceStore
+from rllm.runner.assembly import traces_to_trajectories
+from rllm.runner.context import RolloutContext
 from rllm.sdk.decorators import AgentConfig, Evaluator, Rollout, evaluator, rollout
 from rllm.types import Episode, Outcome, Trajectory, as_outcome
 

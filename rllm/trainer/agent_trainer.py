@@ -25,7 +25,6 @@ import torch
 
 from rllm.algorithms.prepare import PreparedBatch, credit_signal, prepare_batch, reward_shapers
 from rllm.algorithms.refill import fresh_tasks, refill_batch
-from rllm.engine.workflow_engine import Workflow, WorkflowEngine, group_jobs, task_id_of
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
@@ -33,6 +32,7 @@ from rllm.gateway.upstreams import LocalUpstream
 from rllm.inference.base import SamplingParams
 from rllm.models import resolve_model
 from rllm.rewards.shaping import Shaper, apply_shaping
+from rllm.runner.workflow_runner import Workflow, WorkflowRunner, group_jobs, task_id_of
 from rllm.sdk.decorators import Rollout
 from rllm.sdk.workflow import GatewayWorkflow
 from rllm.store import EpisodeJournal, RunWriter, default_store_path
@@ -163,7 +163,7 @@ class AgentTrainer:
         workflow = self.workflow
         if self.agent_flow is not None:
             workflow = self._start_gateway()
-        self.rollouts = WorkflowEngine(
+        self.rollouts = WorkflowRunner(
             workflow,
             self.engine,
             self.train_sampling,

@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.inference.base import SamplingParams
+from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.types import Episode
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class RolloutProducer:
 
     def __init__(
         self,
-        rollouts: WorkflowEngine,
+        rollouts: WorkflowRunner,
         sample_step: Callable[[int], Awaitable[list[Episode]]],
         resample: Callable[[int, int, int], Awaitable[Episode]],
         *,

@@ -192,7 +192,7 @@ class VLLMPoolConfig(_Section):
     gateway_workers: int = Field(
         1,
         gt=0,
-        description="Gateway processes between the workflow engine and the servers (sessions are routed "
+        description="Gateway processes between the workflow runner and the servers (sessions are routed "
         "to one by hash; they share one trace store).",
     )
     sync_dir: str | None = Field(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rllm.algorithms.prepare import PreparedBatch, batch_digests
-from rllm.engine.workflow_engine import task_id_of
+from rllm.runner.workflow_runner import task_id_of
 from rllm.store import EpisodeJournal
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.types import Episode

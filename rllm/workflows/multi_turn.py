@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.agents.base import Agent, InvalidAction
-from rllm.engine.context import RolloutContext
 from rllm.envs.base import Env, EnvStep
+from rllm.runner.context import RolloutContext
 from rllm.types import Outcome, TerminationReason
 
 EnvFactory = Callable[[dict[str, Any]], Env]

@@ -7,9 +7,9 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rllm.engine.context import RolloutContext
 from rllm.rewards.basic import number_reward
 from rllm.rewards.instructions import with_instruction
+from rllm.runner.context import RolloutContext
 from rllm.types import Outcome, as_outcome
 
 # reward_fn(task, response) -> Outcome | float | bool, or an awaitable of one
@@ -60,7 +60,7 @@ class SingleTurnWorkflow:
 
 
 class RewardError(RuntimeError):
-    """The reward function raised while scoring a reply. The workflow engine fails that one episode with
+    """The reward function raised while scoring a reply. The workflow runner fails that one episode with
     this message (``Episode.error``: which reward, which task, the original exception) and the run goes
     on; the trainer counts such episodes in ``episodes/failed`` and drops them from the update."""
 

@@ -19,7 +19,7 @@ import asyncio
 import re
 from typing import Any
 
-from rllm.engine.context import RolloutContext
+from rllm.runner.context import RolloutContext
 from rllm.types import Outcome
 from rllm.workflows.single_turn import RewardFn, number_reward, question_messages, score
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rllm.engine.context import RolloutContext
+from rllm.runner.context import RolloutContext
 from rllm.tool_calls import get_tool_parser, solved_example
 from rllm.tools.tool import Tool, ToolRegistry, ToolResult, tool_metrics
 from rllm.types import Outcome, TerminationReason

@@ -40,9 +40,7 @@ def _lines(run: Path) -> list[dict]:
 
 def _comparable(record: dict) -> dict:
     return {
-        k: v
-        for k, v in record.items()
-        if not (k.startswith(_TIMING) or k.endswith("_s") or k in _RECOVERY)
+        k: v for k, v in record.items() if not (k.startswith(_TIMING) or k.endswith("_s") or k in _RECOVERY)
     }
 
 

@@ -7,12 +7,12 @@ from typing import Any
 import httpx
 import openai
 
-from rllm.engine.assembly import assemble_steps
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.local import LocalEngine
+from rllm.runner.assembly import assemble_steps
 
 API_KEY = "test-key"
 MODEL = "tiny"

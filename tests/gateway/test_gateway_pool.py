@@ -24,13 +24,13 @@ import openai
 import pytest
 
 import rllm
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.gateway.app import create_app
 from rllm.gateway.pool import GatewayProcesses, GatewayWorkerDied, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine
+from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.sdk import AgentConfig, GatewayWorkflow
 
 
@@ -150,7 +150,7 @@ def test_gateway_workflow_spreads_episodes_over_the_workers(
         return 1.0
 
     wf = GatewayWorkflow(agent, gateway_url=pool.urls, model="policy", api_key="k")
-    eng = WorkflowEngine(
+    eng = WorkflowRunner(
         wf, tiny_engine, SamplingParams(temperature=1.0, max_tokens=3, seed=3), show_progress=False
     )
     episodes = asyncio.run(

@@ -17,13 +17,13 @@ import torch
 from gateway_support import MODEL
 from gateway_support import GatewayFixture as _Server
 
-from rllm.engine.assembly import assemble_steps
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.constraints import OneOfTexts, allowed_counts
 from rllm.inference.sampling import sample_tokens
+from rllm.runner.assembly import assemble_steps
 from rllm.tool_calls import HermesToolParser, NoToolParser, format_tool_call_text
 from rllm.types import Trace
 

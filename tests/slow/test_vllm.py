@@ -107,7 +107,7 @@ def test_captured_ids_are_vllms_and_decode_to_the_reply(
 
 def test_trainer_logprobs_agree_with_vllm(gateway: tuple, model_dir: str, tmp_path: Path) -> None:
     from rllm.algorithms.transforms import TrajectoryGroup, build_train_batch
-    from rllm.engine.assembly import assemble_steps
+    from rllm.runner.assembly import assemble_steps
     from rllm.trainer.backends.local import LocalBackend
     from rllm.trainer.config import TrainConfig
     from rllm.types import Episode, Trajectory
@@ -182,7 +182,7 @@ def test_multi_turn_through_vllm_assembles(gateway: tuple) -> None:
         {"role": "user", "content": "Again, shorter."},
     ]
     client.chat.completions.create(model="policy", messages=messages, max_tokens=16, seed=4, temperature=0)
-    from rllm.engine.assembly import assemble_steps
+    from rllm.runner.assembly import assemble_steps
 
     steps, m = assemble_steps(store.list("mt"))
     # A reply that re-tokenizes to itself merges; one that does not is split and counted, never misaligned.

@@ -14,12 +14,12 @@ from typing import Any
 import openai
 import pytest
 
-from rllm.engine.assembly import assemble_steps
 from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
 from rllm.inference.vllm_server import VLLMServer
+from rllm.runner.assembly import assemble_steps
 
 pytestmark = pytest.mark.vllm
 

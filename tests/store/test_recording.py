@@ -18,7 +18,7 @@ from rllm.algorithms.transforms import (
     group_episodes,
 )
 from rllm.cli.main import main
-from rllm.engine.context import RolloutContext
+from rllm.runner.context import RolloutContext
 from rllm.store import EpisodeQuery, StoreReader
 from rllm.store.records import episode_record
 from rllm.trainer.backends.base import UnsupportedConfigError

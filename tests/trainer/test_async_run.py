@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from test_learning import TASKS, _config, answer_workflow, make_tiny_vocab_model
 
-from rllm.engine.context import RolloutContext
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine
+from rllm.runner.context import RolloutContext
+from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.async_rollout import RolloutProducer, StaleSamplesError
 from rllm.trainer.backends import backend_capabilities
@@ -87,7 +87,7 @@ def test_a_sample_older_than_the_bound_is_dropped_and_sampled_again(vocab_model:
     3: every episode is too old for max_staleness=1, is dropped and re-sampled (counted), and after three
     rounds the producer refuses to train on it."""
     engine = LocalEngine.from_pretrained(str(vocab_model), device="cpu", dtype="float32")
-    rollouts = WorkflowEngine(answer_workflow, engine, SamplingParams(max_tokens=1), show_progress=False)
+    rollouts = WorkflowRunner(answer_workflow, engine, SamplingParams(max_tokens=1), show_progress=False)
     loop = RunLoop()
 
     async def main() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from run_support import tiny_run_config
 
 from rllm.cli.main import main
-from rllm.engine.context import RolloutContext
+from rllm.runner.context import RolloutContext
 from rllm.store.journal import EpisodeJournal
 from rllm.trainer.agent_trainer import AgentTrainer
 

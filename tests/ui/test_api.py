@@ -15,8 +15,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from rllm.cli.main import main
-from rllm.engine.context import RolloutContext
 from rllm.gateway.server import GatewayServer
+from rllm.runner.context import RolloutContext
 from rllm.store import RunWriter
 from rllm.types import Episode, Step, Trajectory
 from rllm.ui.app import create_app

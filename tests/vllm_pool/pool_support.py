@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from rllm.algorithms.transforms import TrajectoryGroup, build_train_batch
-from rllm.engine.assembly import assemble_steps
 from rllm.inference.base import SamplingParams
+from rllm.runner.assembly import assemble_steps
 from rllm.trainer.vllm_pool import VLLMPoolEngine
 from rllm.types import Episode, Trajectory
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from rllm.engine.workflow_engine import WorkflowEngine
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.local import LocalEngine
+from rllm.runner.workflow_runner import WorkflowRunner
 
 
 class ScriptedEngine:
@@ -67,6 +67,6 @@ def run_episodes(
     group_size: int = 1,
     **kwargs: Any,
 ) -> list:
-    """``group_size`` episodes of ``workflow`` per task, through the real workflow engine."""
-    runner = WorkflowEngine(workflow, engine, sampling, show_progress=False, **kwargs)
+    """``group_size`` episodes of ``workflow`` per task, through the real workflow runner."""
+    runner = WorkflowRunner(workflow, engine, sampling, show_progress=False, **kwargs)
     return asyncio.run(runner.run_tasks(tasks, group_size=group_size))

@@ -1,7 +1,7 @@
 """Runs many agent episodes concurrently and turns each into an :class:`Episode`.
 
 A *workflow* is any async callable ``workflow(task, ctx) -> Outcome | float | bool`` that talks to the
-model through ``ctx`` (a :class:`RolloutContext`). The engine runs ``group_size`` episodes per task, at
+model through ``ctx`` (a :class:`RolloutContext`). The runner runs ``group_size`` episodes per task, at
 most ``max_concurrency`` at a time, each under a wall-clock timeout, retrying failed ones up to
 ``retries`` times. An episode that still fails is kept with its termination reason and error: the
 caller decides (through filters) what to train on, and nothing disappears from the record.
@@ -21,8 +21,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from rllm.engine.context import RolloutContext
 from rllm.inference.base import InferenceEngine, SamplingParams
+from rllm.runner.context import RolloutContext
 from rllm.types import Episode, Outcome, TerminationReason, as_outcome
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def _failed(episode: Episode, exc: BaseException) -> Outcome:
     return Outcome(termination_reason=TerminationReason.ERROR)
 
 
-class WorkflowEngine:
+class WorkflowRunner:
     """Runs a workflow over tasks, ``group_size`` attempts per task, many at once."""
 
     def __init__(

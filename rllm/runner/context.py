@@ -10,7 +10,7 @@ from rllm.types import Step, Trajectory
 
 class RolloutContext:
     """Handed to a workflow for one episode. ``chat``/``complete`` sample from the current policy and
-    append a :class:`Step` to the named trajectory; the workflow engine builds the Episode from them.
+    append a :class:`Step` to the named trajectory; the workflow runner builds the Episode from them.
 
     ``trajectory`` names the role (``"solver"``); all trajectories of a role across a task's attempts
     form one advantage group. A workflow with several trajectories of one role in an episode (N

@@ -1,4 +1,4 @@
-"""The workflow engine on the tiny model: groups, seeds, failures kept with their reason, retries,
+"""The workflow runner on the tiny model: groups, seeds, failures kept with their reason, retries,
 timeouts, the values a workflow may return, and truncation."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from rllm.engine.context import RolloutContext
-from rllm.engine.workflow_engine import WorkflowEngine, task_id_of
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.local import LocalEngine
+from rllm.runner.context import RolloutContext
+from rllm.runner.workflow_runner import WorkflowRunner, task_id_of
 from rllm.types import Outcome, TerminationReason
 from rllm.workflows.single_turn import SingleTurnWorkflow
 
@@ -26,7 +26,7 @@ def engine(tiny_model_dir: Path) -> LocalEngine:
 
 def _run(engine: LocalEngine, workflow: Any, tasks: list[dict], group_size: int = 1, **kwargs: Any) -> list:
     sampling = kwargs.pop("sampling", SAMPLING)
-    runner = WorkflowEngine(workflow, engine, sampling, show_progress=False, **kwargs)
+    runner = WorkflowRunner(workflow, engine, sampling, show_progress=False, **kwargs)
     return asyncio.run(runner.run_tasks(tasks, group_size=group_size))
 
 
@@ -62,7 +62,7 @@ def test_done_jobs_are_returned_in_place_and_only_the_rest_run(engine) -> None:
     are sampled with the seeds they would have had, and on_episode sees only the ones that ran."""
     tasks = [{"task_id": "a", "question": "Hi"}, {"task_id": "b", "question": "Hello"}]
     full = _run(engine, ask, tasks, group_size=2)
-    runner = WorkflowEngine(ask, engine, SAMPLING, show_progress=False)
+    runner = WorkflowRunner(ask, engine, SAMPLING, show_progress=False)
     seen: list[tuple[int, str]] = []
     done = {0: full[0], 3: full[3]}
     out = asyncio.run(
