@@ -36,7 +36,7 @@ from typing import Any
 
 from _common import header_line, markdown_table
 
-from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.base import Completion, EngineCapabilities, SamplingParams
 from rllm.runner.context import RolloutContext
 from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.types import Outcome
@@ -49,7 +49,8 @@ class FakeFixedLatencyPool:
     returns ``completion_tokens`` made-up tokens with logprob -1.0. It counts calls and the most calls
     in flight at once. Unlimited slots: a real pool's capacity is not what this measures."""
 
-    routes_by_session = True  # like an engine behind the gateway: RolloutContext passes session_id
+    # like an engine behind the gateway: RolloutContext passes session_id
+    capabilities = EngineCapabilities(name="fake-pool", weight_transfer="files", routes_by_session=True)
     weight_version = 0
 
     def __init__(self, latency_s: float, completion_tokens: int = 32) -> None:

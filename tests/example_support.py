@@ -19,7 +19,7 @@ from typing import Any
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams
 from rllm.runner.workflow_runner import WorkflowRunner
 from rllm.sdk import GatewayWorkflow
 from rllm.types import Episode, Trace
@@ -45,9 +45,14 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
-class ScriptedTurnsEngine:
+FAKE_CAPABILITIES = EngineCapabilities(name="fake", weight_transfer="tensors", constraints=True)
+
+
+class ScriptedTurnsEngine(EngineBase):
     """FAKE engine: the k-th call gets the k-th scripted reply (real tokenizer, eos appended), because a
     tiny random model never writes a tool call. Records each call's prompt ids and sampling params."""
+
+    capabilities = FAKE_CAPABILITIES
 
     def __init__(self, tokenizer: Any, replies: list[str]) -> None:
         self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1

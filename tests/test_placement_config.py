@@ -39,8 +39,14 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["backend.distributed.world_size=4"], "backend.distributed.* applies to backend.name=distributed"),
-        (["inference.vllm.num_servers=2"], "inference.vllm.* applies to inference.engine=vllm"),
+        (
+            ["backend.distributed.world_size=4"],
+            "backend.name=local has no such option, it belongs to backend.name=distributed",
+        ),
+        (
+            ["inference.vllm.num_servers=2"],
+            "inference.engine=local has no such option, it belongs to inference.engine=vllm",
+        ),
         (
             ["backend.name=distributed", "backend.device=cpu", "backend.distributed.comm=nccl"],
             "backend.distributed.comm=nccl needs GPUs",
@@ -63,7 +69,7 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
         ),
         (
             ["inference.engine=vllm", "inference.vllm.urls=[http://127.0.0.1:9]", "rollout.top_p=0.9"],
-            "rollout.top_p=0.9 / rollout.top_k=0 with inference.engine=vllm: vLLM reports logprobs renormalised",
+            "rollout.top_p=0.9 / rollout.top_k=0 with inference.engine=vllm: its logprobs after top-p/top-k",
         ),
         (
             ["inference.engine=vllm", "inference.vllm.python=/bin/sh", "rollout.top_k=20"],

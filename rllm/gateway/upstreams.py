@@ -119,8 +119,7 @@ class LocalUpstream:
         self.renderer = ChatRenderer(engine.tokenizer, tool_format=tool_format)
         self.tool_parser = get_tool_parser(tool_format)
         self.vocab_size = len(engine.tokenizer)  # len() of an HF tokenizer recounts added tokens: once, here
-        config = getattr(getattr(engine, "model", None), "config", None)
-        self.context_length: int | None = getattr(config, "max_position_embeddings", None)
+        self.context_length: int | None = engine.context_length
 
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
         forced = self._forced_call(request)

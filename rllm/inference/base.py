@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -57,18 +57,63 @@ class Completion(BaseModel):
     pauses: int = 0  # times a weight sync paused it mid-decode (a partial rollout)
 
 
+WeightTransfer = Literal["tensors", "files", "service"]
+
+
+class EngineCapabilities(BaseModel):
+    """What an inference engine can do; start-up checks ask this instead of branching on engine names.
+
+    ``weight_transfer`` is how new weights reach it: ``tensors`` (handed over in this process:
+    :meth:`InferenceEngine.load_weights`), ``files`` (an adapter or model directory its servers read:
+    :meth:`InferenceEngine.sync_from` asks the backend to write them), ``service`` (a remote training service
+    samples from weights it holds itself: ``sync_from`` asks the backend for a sampler of its latest
+    weights). The training backend must offer the same mode (``BackendCapabilities.weight_transfer``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    weight_transfer: WeightTransfer
+    # Calls take session_id= (the episode id): one server per episode, traced together by its own gateway.
+    routes_by_session: bool = False
+    own_gateway: bool = False  # @rllm.rollout flows call its own gateway(s) (gateway_urls, trace_store)
+    constraints: bool = False  # generate(constraint=...) forces tokens (the tool_choice paths of the gateway)
+    # Logprobs after top-p/top-k are those the trainer recomputes (over the full vocabulary); an engine whose
+    # logprobs are renormalised over the kept tokens cannot train with rollout.top_p < 1 or top_k.
+    truncation_logprobs_exact: bool = True
+    # Async training without LoRA: a full-model sync while calls are in flight (a vLLM pool restarts).
+    full_sync_in_flight: bool = True
+    keeps_versions: bool = False  # older weight versions stay loaded for calls in flight (keep_versions)
+
+
 @runtime_checkable
 class InferenceEngine(Protocol):
-    """An engine that samples from the current policy. Implementations: the local PyTorch engine,
-    and (through the gateway) vLLM / SGLang / OpenAI-compatible servers."""
+    """What the trainer, the workflow runner and the gateway use of an inference engine, in full: nothing
+    else is probed. Implementations: :class:`~rllm.inference.local.LocalEngine` (in this process), the vLLM
+    pool (``rllm.trainer.vllm_pool``), the tinker sampler (``rllm.trainer.backends.tinker``); a new engine
+    registers in ``rllm.trainer.engines.ENGINES``. :class:`EngineBase` gives the optional members' defaults.
+    """
 
-    weight_version: int
+    capabilities: EngineCapabilities
+    weight_version: int  # the weights the next call samples from
+    tokenizer: Any  # a Hugging Face tokenizer (decode, chat template, save_pretrained)
+    pad_id: int
+    stats: dict[str, float]  # counters the trainer reads: generated_tokens
+    batch_wait_s: float  # an engine that batches waits this long for requests that arrive over HTTP
+    keep_versions: int  # with keeps_versions: how many weight versions stay loaded (the trainer sets it)
+    gateway_urls: list[str]  # with own_gateway: where agent flows call it; [] otherwise
+    trace_store: Any  # with own_gateway: the TraceStore its gateway records in; None otherwise
+    context_length: int | None  # most tokens of prompt + completion, when known
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
-        """Sample ``params.n`` continuations of ``prompt_ids``.
-
-        An engine that sets ``routes_by_session = True`` (one behind the gateway) also takes
-        ``session_id=``: the episode id, so an episode's calls stick to one server and are traced together."""
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        session_id: str | None = None,
+        constraint: Any = None,
+    ) -> list[Completion]:
+        """Sample ``params.n`` continuations of ``prompt_ids``. ``session_id`` (the episode id) when the
+        engine ``routes_by_session``; ``constraint`` (a token constraint) when it has ``constraints``."""
         ...
 
     def apply_chat_template(
@@ -76,3 +121,41 @@ class InferenceEngine(Protocol):
     ) -> list[int]:
         """Render chat messages to prompt token ids, ending with the assistant generation prompt."""
         ...
+
+    def load_weights(self, named_tensors: Any, *, version: int) -> None:
+        """``weight_transfer == "tensors"``: sample from these weights (Hugging Face names), as ``version``."""
+        ...
+
+    def sync_from(self, backend: Any, *, version: int) -> None:
+        """``weight_transfer`` ``files`` or ``service``: take the backend's current weights, as ``version``."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Per-step metrics of the engine itself (a pool's healthy servers, re-routed calls); may be empty."""
+        ...
+
+    def close(self) -> None:
+        """Stop what the engine started (servers, gateways, threads)."""
+        ...
+
+
+class EngineBase:
+    """Defaults for the members of :class:`InferenceEngine` an engine without that capability has."""
+
+    batch_wait_s: float = 0.0
+    keep_versions: int = 1
+    gateway_urls: list[str] = []  # noqa: RUF012 (read-only default; an engine with a gateway sets its own)
+    trace_store: Any = None
+    context_length: int | None = None
+
+    def load_weights(self, named_tensors: Any, *, version: int) -> None:
+        raise WeightSyncError(f"engine {type(self).__name__} does not take weights as tensors")
+
+    def sync_from(self, backend: Any, *, version: int) -> None:
+        raise WeightSyncError(f"engine {type(self).__name__} does not take weights from files or a service")
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        return None

@@ -32,7 +32,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
-from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams
 from rllm.inference.chat_template import ChatRenderer
 from rllm.inference.constraints import TokenConstraint
 from rllm.inference.sampling import sample_tokens
@@ -100,8 +100,10 @@ class _Row:
     constraint: TokenConstraint | None = None  # set to None once it frees the row
 
 
-class LocalEngine:
+class LocalEngine(EngineBase):
     """Samples from a Hugging Face causal LM in this process; implements ``InferenceEngine``."""
+
+    capabilities = EngineCapabilities(name="local", weight_transfer="tensors", constraints=True)
 
     def __init__(
         self,
@@ -130,6 +132,7 @@ class LocalEngine:
         self._weights_lock = threading.Lock()
         self._swap = threading.Event()  # set while load_weights waits: the running batch pauses
         self.stats = {"batches": 0, "rows": 0, "generated_tokens": 0, "decode_s": 0.0}
+        self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
 
     @classmethod
     def from_pretrained(
@@ -151,10 +154,16 @@ class LocalEngine:
         return self._renderer.render_ids(messages, tools=tools)
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, *, constraint: TokenConstraint | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        session_id: str | None = None,
+        constraint: TokenConstraint | None = None,
     ) -> list[Completion]:
         """Sample ``params.n`` continuations; ``constraint`` (constrained decoding) restricts which tokens
-        each may sample next until it frees the row (see :mod:`rllm.inference.constraints`)."""
+        each may sample next until it frees the row (see :mod:`rllm.inference.constraints`). One process
+        serves every session, so ``session_id`` routes nothing here."""
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         loop = asyncio.get_running_loop()

@@ -49,7 +49,7 @@ class RolloutContext:
         if params.n != 1:
             raise ValueError("RolloutContext samples one completion per call; use group_size for n > 1")
         # An engine behind the gateway routes (and traces) by session: one session per episode.
-        route = {"session_id": self.episode_id} if getattr(self.engine, "routes_by_session", False) else {}
+        route = {"session_id": self.episode_id} if self.engine.capabilities.routes_by_session else {}
         completion = (await self.engine.generate(prompt_ids, params, **route))[0]
         self.record(completion, trajectory=trajectory, key=key, messages=messages or [])
         return completion

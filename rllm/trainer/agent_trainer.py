@@ -86,7 +86,8 @@ class AgentTrainer:
         reward_shaping: list[Shaper] | None = None,
     ) -> None:
         self.cfg = config
-        check_config(config, backend_capabilities(config.backend.name))
+        capabilities = backend_capabilities(config.backend.name)
+        check_config(config, capabilities)
         if isinstance(config.workflow, FlowConfig):  # the project's own code, named in the config
             if workflow is not None:
                 raise UnsupportedConfigError(
@@ -131,7 +132,8 @@ class AgentTrainer:
         self._order_epoch = -1
         # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
         # built-in model on first use) rather than after the run has begun loading things.
-        self.model_path = resolve_model(config.model.path)
+        # A service backend (tinker) is given the name its service resolves.
+        self.model_path = resolve_model(config.model.path) if capabilities.loads_model else config.model.path
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -144,12 +146,14 @@ class AgentTrainer:
         # same for every pair. Closed in train()'s finally, so a failed start leaves nothing running.
         self.engine = build_engine(cfg, self.model_path, run_dir=self.run_dir)
         self.backend = build_backend(cfg, self.model_path, pad_id=self.engine.pad_id)
-        if cfg.rollout.max_staleness and hasattr(self.engine, "keep_adapters"):
+        caps = self.engine.capabilities
+        if cfg.rollout.max_staleness and caps.keeps_versions:
             # A vLLM pool keeps the adapters of the versions that calls in flight may still be sampling from.
-            self.engine.keep_adapters = cfg.rollout.max_staleness + 1
-        if self.backend.lora and getattr(self.engine, "sync_from", None) is not None:
-            # Servers in other processes start from the base weights; a LoRA run's requests name its adapter, so
-            # the version-0 adapter is loaded now: a server that cannot take it fails here, before any rollout.
+            self.engine.keep_versions = cfg.rollout.max_staleness + 1
+        if self.backend.lora and caps.weight_transfer != "tensors":
+            # Servers in other processes (or a service) start from the base weights; a LoRA run's requests name
+            # its adapter, so the version-0 adapter is loaded now: a server that cannot take it fails here,
+            # before any rollout.
             self._sync_weights("start-up")
         r = cfg.rollout
         self.train_sampling = SamplingParams(
@@ -173,7 +177,7 @@ class AgentTrainer:
         )
 
     def _start_gateway(self) -> Workflow:
-        if getattr(self.engine, "gateway_urls", None):  # the engine's own gateway(s) (a vLLM pool)
+        if self.engine.capabilities.own_gateway:  # the engine's own gateway(s) (a vLLM pool)
             self.trace_store = self.engine.trace_store
             logger.info(
                 "agent flow %s runs against the engine's gateway(s) at %s",
@@ -331,16 +335,16 @@ class AgentTrainer:
             metrics["time/trainer_idle_s"] = wait.seconds
             metrics.update(self._producer.take_metrics())
             metrics.update(staleness_metrics(episodes, self.backend.step))
-            if hasattr(self.engine, "metrics"):
-                metrics.update(self.engine.metrics())
+            metrics.update(self.engine.metrics())
             return episodes
         generated_before = self.engine.stats["generated_tokens"]
         with timed("rollout", metrics) as rollout:
             episodes = self._sample(self._tasks_for_step(step), step, f"step {step}")
         generated = self.engine.stats["generated_tokens"] - generated_before
         metrics["perf/rollout_tokens_per_s"] = generated / max(rollout.seconds, 1e-9)
-        if hasattr(self.engine, "metrics"):  # a server pool: servers healthy, calls re-routed after a failure
-            metrics.update(self.engine.metrics())
+        metrics.update(
+            self.engine.metrics()
+        )  # a server pool: servers healthy, calls re-routed after a failure
         return episodes
 
     def _sample(

@@ -20,9 +20,10 @@ from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
 from rllm.envs.registry import is_env
 from rllm.rewards.registry import get_reward, reward_names
 from rllm.sandbox import SandboxUnavailable, protections
+from rllm.trainer.backends import BACKENDS
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
-from rllm.trainer.vllm_pool import VLLMPoolError, check_pool_settings
+from rllm.trainer.engines import ENGINES, engine_capabilities
 from rllm.utils.config import did_you_mean
 
 
@@ -30,7 +31,7 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     """Refuse, before anything loads, a config the backend cannot honour. One line per problem."""
     _check_capabilities(cfg, capabilities)
     _check_backend(cfg, capabilities)
-    _check_placement(cfg)
+    _check_plugins(cfg, capabilities)
     _check_old_logprobs(cfg, capabilities)
     _check_estimators(cfg)
     if cfg.rollout.temperature == 0:
@@ -52,10 +53,12 @@ def _check_async(cfg: TrainConfig) -> None:
             "rollout.partial_rollouts applies to async training only (rollout.max_staleness > 0); the "
             "synchronous loop never syncs weights with episodes in flight: drop it or set max_staleness"
         )
-    if r.max_staleness > 0 and cfg.inference.engine == "vllm" and not cfg.lora.enabled:
+    full_sync_ok = engine_capabilities(cfg.inference.engine).full_sync_in_flight
+    if r.max_staleness > 0 and not cfg.lora.enabled and not full_sync_ok:
         raise UnsupportedConfigError(
-            "async training on the vLLM pool needs lora.enabled=true: an adapter hot-loads beside the requests "
-            "in flight, while a full-model sync restarts (CPU) or reloads the servers under them"
+            f"async training on inference.engine={cfg.inference.engine} needs lora.enabled=true: an adapter "
+            "hot-loads beside the requests in flight, while a full-model sync restarts or reloads the "
+            "servers under them"
         )
 
 
@@ -179,78 +182,40 @@ def _check_store_and_loggers(cfg: TrainConfig) -> None:
             )
 
 
-def _check_placement(cfg: TrainConfig) -> None:
-    """The distributed backend and the vLLM pool: their sections only with them, and what they need present."""
-    b, inf = cfg.backend, cfg.inference
-    if b.name != "distributed" and b.distributed.model_fields_set:
+def _check_plugins(cfg: TrainConfig, capabilities: Any) -> None:
+    """The backend and the engine the config names: a pair that can hand weights over, backend.* keys the
+    backend reads, then each plug-in's own refusals (``check_config``: what its section asks, what this
+    machine lacks)."""
+    backend, engine = cfg.backend.name, cfg.inference.engine
+    engine_caps = engine_capabilities(engine)
+    if engine_caps.weight_transfer not in capabilities.weight_transfer:
         raise UnsupportedConfigError(
-            f"backend.distributed.* applies to backend.name=distributed, not {b.name}: "
-            "drop it (or set backend.name=distributed)"
+            f"backend.name={backend} hands weights over as {' or '.join(sorted(capabilities.weight_transfer))}, "
+            f"and inference.engine={engine} takes {engine_caps.weight_transfer}: pick an engine that takes "
+            f"them ({', '.join(_engines_taking(capabilities.weight_transfer)) or 'none registered'})"
         )
-    if b.name == "distributed":  # what the config asks first, then what this machine has
-        if b.distributed.comm == "nccl" and b.device == "cpu":
-            raise UnsupportedConfigError(
-                "backend.distributed.comm=nccl needs GPUs, and backend.device=cpu: "
-                "set backend.distributed.comm=gloo (or auto)"
-            )
-        if importlib.util.find_spec("ray") is None:
-            raise UnsupportedConfigError(
-                "backend.name=distributed places its ranks with Ray, which is not installed: "
-                "pip install 'rllm[distributed]' (or bash scripts/setup.sh distributed)"
-            )
-    if inf.engine != "vllm" and inf.vllm.model_fields_set:
+    unread = sorted(cfg.backend.model_fields_set - {"name", backend} - capabilities.backend_keys)
+    if unread:
         raise UnsupportedConfigError(
-            f"inference.vllm.* applies to inference.engine=vllm, not {inf.engine}: drop it "
-            "(or set inference.engine=vllm)"
+            f"backend.name={backend} does not read backend.{', backend.'.join(unread)}: drop "
+            f"{'it' if len(unread) == 1 else 'them'}"
         )
-    if inf.engine == "vllm":
-        _check_vllm(cfg)
-
-
-def _check_vllm(cfg: TrainConfig) -> None:
-    v = cfg.inference.vllm
     r = cfg.rollout
-    if r.top_p < 1.0 or r.top_k:
-        # vLLM's servers run with logprobs_mode=processed_logprobs: after top-k/top-p, so a logprob is
+    if (r.top_p < 1.0 or r.top_k) and not engine_caps.truncation_logprobs_exact:
+        # e.g. vLLM's servers run with logprobs_mode=processed_logprobs: after top-k/top-p, so a logprob is
         # renormalised over the kept tokens, while the trainer's is over the whole vocabulary (the local
         # engine reports that one). The importance ratio would compare two different distributions.
         raise UnsupportedConfigError(
-            f"rollout.top_p={r.top_p:g} / rollout.top_k={r.top_k} with inference.engine=vllm: vLLM reports "
-            "logprobs renormalised over the top-p/top-k tokens, which the trainer (full-vocabulary logprobs) "
-            "cannot reproduce: set rollout.top_p=1.0 and rollout.top_k=0, or use inference.engine=local, "
-            "which records the unrestricted logprobs"
+            f"rollout.top_p={r.top_p:g} / rollout.top_k={r.top_k} with inference.engine={engine}: its logprobs "
+            "after top-p/top-k are not the full-vocabulary ones the trainer computes: set rollout.top_p=1.0 "
+            "and rollout.top_k=0, or use inference.engine=local, which records the unrestricted logprobs"
         )
-    if {"dtype", "max_batch_rows"} & cfg.inference.model_fields_set:
-        raise UnsupportedConfigError(
-            "inference.dtype and inference.max_batch_rows apply to the local engine; the "
-            "vLLM pool's are inference.vllm.dtype and its servers' own batching: drop them"
-        )
-    if v.urls:
-        started_only = sorted(
-            v.model_fields_set
-            & {
-                "num_servers",
-                "tensor_parallel_size",
-                "gpu_memory_utilization",
-                "max_lora_rank",
-                "extra_args",
-                "servers",
-                "python",
-                "kvcache_space_gib",
-                "dtype",
-            }
-        )
-        if started_only:
-            raise UnsupportedConfigError(
-                f"inference.vllm.urls attaches to running servers, so inference.vllm."
-                f"{', inference.vllm.'.join(started_only)} (settings of started servers) "
-                "would do nothing: drop them"
-            )
-        return
-    try:
-        check_pool_settings(v, lora_rank=cfg.lora.rank if cfg.lora.enabled else None)
-    except VLLMPoolError as exc:
-        raise UnsupportedConfigError(str(exc)) from None
+    BACKENDS.get(backend).check_config(cfg)
+    ENGINES.get(engine).check_config(cfg)
+
+
+def _engines_taking(modes: frozenset[str]) -> list[str]:
+    return [name for name in ENGINES.names() if engine_capabilities(name).weight_transfer in modes]
 
 
 def _check_env_pairing(cfg: TrainConfig) -> None:

@@ -7,7 +7,7 @@ combinations a backend cannot honour are refused at start-up (see ``AgentTrainer
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -18,6 +18,7 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     create_model,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -26,11 +27,16 @@ from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit, FilterConfig
 from rllm.envs.registry import EnvOptions, envs
 from rllm.tools.named import tool_names
+from rllm.trainer.backends import BACKENDS
+from rllm.trainer.engines import ENGINES
 from rllm.utils.config import did_you_mean, unknown_name
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_S = TypeVar("_S", bound=BaseModel)
 
 
 class ModelConfig(_Section):
@@ -100,10 +106,14 @@ class DistributedConfig(_Section):
 
 
 class BackendConfig(_Section):
-    name: Literal["local", "distributed"] = Field(
+    """``backend.*``: the keys every backend shares, then ``backend.<name>.*``, the options model the backend
+    named by ``backend.name`` registered (``rllm.trainer.backends.BACKENDS``)."""
+
+    name: str = Field(
         "local",
-        description="Training backend: 'local' (PyTorch in this process) or 'distributed' (FSDP2 ranks "
-        "placed by Ray; backend.distributed.*).",
+        description="Training backend: 'local' (PyTorch in this process), 'distributed' (FSDP2 ranks "
+        "placed by Ray; backend.distributed.*), 'tinker' (a Tinker service; backend.tinker.*), or a "
+        "registered plug-in (docs/plugins.md).",
     )
     device: str = Field(
         "auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'."
@@ -131,7 +141,17 @@ class BackendConfig(_Section):
         description="Behaviour logprobs for the ratio: the inference engine's ('rollout') or a trainer forward "
         "pass before the update ('recompute').",
     )
-    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+
+    @classmethod
+    def config_variants(cls) -> dict[str, type[BackendConfig]]:
+        """The section of each registered backend: these keys plus its own options (``backend.<name>``)."""
+        return {p.name: _plugin_section(cls, "name", p.name, p.options) for p in BACKENDS.plugins()}
+
+    @property
+    def options(self) -> BaseModel | None:
+        """The named backend's own options (``backend.<name>.*``), or None when it registered none."""
+        value = getattr(self, self.name, None)
+        return value if isinstance(value, BaseModel) else None
 
 
 class VLLMServerSettings(_Section):
@@ -203,10 +223,16 @@ class VLLMPoolConfig(_Section):
 
 
 class InferenceConfig(_Section):
-    engine: Literal["local", "vllm"] = Field(
+    """``inference.*``: the engine's name, the local engine's two keys, then ``inference.<engine>.*``, the
+    options model the engine registered (``rllm.trainer.engines.ENGINES``)."""
+
+    config_tag: ClassVar[str] = "engine"
+
+    engine: str = Field(
         "local",
-        description="Inference engine for rollouts: 'local' (in-process PyTorch) or 'vllm' (a pool of vLLM "
-        "servers behind the gateway; inference.vllm.*).",
+        description="Inference engine for rollouts: 'local' (in-process PyTorch), 'vllm' (a pool of vLLM "
+        "servers behind the gateway; inference.vllm.*), 'tinker' (the sampler of backend.name=tinker, "
+        "which picks it by default), or a registered plug-in.",
     )
     dtype: str = Field(
         "auto", description="Local engine weight dtype: auto (bf16 where native), bfloat16, float32."
@@ -214,7 +240,36 @@ class InferenceConfig(_Section):
     max_batch_rows: int = Field(
         128, gt=0, description="Local engine: most sequences decoded together in one batch."
     )
-    vllm: VLLMPoolConfig = Field(default_factory=VLLMPoolConfig)
+
+    @classmethod
+    def config_variants(cls) -> dict[str, type[InferenceConfig]]:
+        """The section of each registered engine: these keys plus its own options (``inference.<name>``)."""
+        return {p.name: _plugin_section(cls, "engine", p.name, p.options) for p in ENGINES.plugins()}
+
+    @property
+    def options(self) -> BaseModel | None:
+        """The named engine's own options (``inference.<engine>.*``), or None when it registered none."""
+        value = getattr(self, self.engine, None)
+        return value if isinstance(value, BaseModel) else None
+
+
+_PLUGIN_SECTIONS: dict[tuple[type, str, Any], type[BaseModel]] = {}
+
+
+def _plugin_section(base: type[_S], tag: str, name: str, options: Any) -> type[_S]:
+    """``base`` for plug-in ``name``: its ``tag`` fixed to ``name`` and, when the plug-in has an options
+    model, a field ``name`` holding them (``backend.distributed.world_size``)."""
+    key = (base, name, options)
+    if key not in _PLUGIN_SECTIONS:
+        fields: dict[str, Any] = {tag: (Literal[name], name)}  # type: ignore[valid-type]
+        if options is not None:
+            if not (isinstance(options, type) and issubclass(options, BaseModel)):
+                raise TypeError(f"plug-in {name!r}: options must be a pydantic model class, not {options!r}")
+            fields[name] = (options, Field(default_factory=options, description=f"{name}'s own options."))
+        _PLUGIN_SECTIONS[key] = create_model(  # type: ignore[call-overload]
+            f"{base.__name__}_{name}", __base__=base, **fields
+        )
+    return _PLUGIN_SECTIONS[key]  # type: ignore[return-value]
 
 
 class RolloutConfig(_Section):
@@ -528,20 +583,79 @@ class TrainerConfig(_Section):
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
 
 
+def _validate_plugin_section(
+    base: type[_S], tag: str, value: Any, handler: ValidatorFunctionWrapHandler
+) -> Any:
+    """Validate a ``base`` section (backend, inference) as the variant its ``tag`` names: the plug-in's
+    own options become its ``<name>`` key; an unknown name is refused with the registry's did-you-mean."""
+    if isinstance(value, base):
+        if type(value) is not base:
+            return value
+        value = value.model_dump(exclude_unset=True)
+    if not isinstance(value, dict):
+        return handler(value)  # pydantic's own "expects a mapping" error
+    name = value.get(tag, base.model_fields[tag].default)
+    variants = base.config_variants()  # type: ignore[attr-defined]
+    if not isinstance(name, str) or name not in variants:
+        registry = _registry_of(base)
+        message = unknown_name(registry.kind, name, registry.names())
+        error = PydanticCustomError("unknown_name", "{message}", {"message": message})
+        raise ValidationError.from_exception_data(
+            base.__name__, [{"type": error, "loc": (tag,), "input": name}]
+        )
+    return variants[name].model_validate(value)
+
+
+def _registry_of(base: type) -> Any:
+    return BACKENDS if base is BackendConfig else ENGINES
+
+
 class TrainConfig(_Section):
     """Everything ``rllm train`` reads."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
-    backend: BackendConfig = Field(default_factory=BackendConfig)
-    inference: InferenceConfig = Field(default_factory=InferenceConfig)
+    backend: SerializeAsAny[BackendConfig] = Field(default_factory=BackendConfig, validate_default=True)
+    inference: SerializeAsAny[InferenceConfig] = Field(default_factory=InferenceConfig, validate_default=True)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     workflow: SerializeAsAny[WorkflowConfig] = Field(default_factory=SingleTurnConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_picks_its_engine(cls, data: Any) -> Any:
+        """A backend registered with an engine of its own (``tinker``: the service samples itself) gets it
+        unless ``inference.engine`` says otherwise (the start-up checks refuse a pair that cannot work)."""
+        if not isinstance(data, dict):
+            return data
+        backend, inference = data.get("backend"), data.get("inference")
+        name = backend.get("name") if isinstance(backend, dict) else getattr(backend, "name", None)
+        if not isinstance(name, str):
+            return data
+        engine = BACKENDS.plugin(name).extra.get("engine") if name in BACKENDS else None
+        if engine is None:
+            return data
+        if inference is None:
+            return {**data, "inference": {"engine": engine}}
+        if isinstance(inference, dict) and "engine" not in inference:
+            return {**data, "inference": {**inference, "engine": engine}}
+        return data
+
+    @field_validator("backend", mode="wrap")
+    @classmethod
+    def _backend_owns_its_options(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """Validate the section with the options model of the backend it names."""
+        return _validate_plugin_section(BackendConfig, "name", value, handler)
+
+    @field_validator("inference", mode="wrap")
+    @classmethod
+    def _engine_owns_its_options(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """Validate the section with the options model of the engine it names."""
+        return _validate_plugin_section(InferenceConfig, "engine", value, handler)
 
     @field_validator("workflow", mode="wrap")
     @classmethod

@@ -50,7 +50,7 @@ from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.pool import GatewayProcesses, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
-from rllm.inference.base import Completion, SamplingParams, WeightSyncError
+from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams, WeightSyncError
 from rllm.inference.chat_template import ChatRenderer
 from rllm.inference.lora_probe import check_max_lora_rank
 from rllm.inference.vllm_server import (
@@ -66,6 +66,7 @@ from rllm.inference.vllm_server import (
     split_cpus,
     unload_lora_adapter,
 )
+from rllm.trainer.backends.base import UnsupportedConfigError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -100,6 +101,43 @@ def _server_env(cpus: str | None, devices: str | None) -> dict[str, str] | None:
     if devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = devices
     return env or None
+
+
+def check_pool_config(cfg: TrainConfig) -> None:
+    """``inference.engine=vllm``'s start-up refusals (``ENGINES``' plug-in asks them): keys of the local
+    engine, settings of started servers given with attached ones, then :func:`check_pool_settings`."""
+    v = cfg.inference.vllm
+    if {"dtype", "max_batch_rows"} & cfg.inference.model_fields_set:
+        raise UnsupportedConfigError(
+            "inference.dtype and inference.max_batch_rows apply to the local engine; the "
+            "vLLM pool's are inference.vllm.dtype and its servers' own batching: drop them"
+        )
+    if v.urls:
+        started_only = sorted(
+            v.model_fields_set
+            & {
+                "num_servers",
+                "tensor_parallel_size",
+                "gpu_memory_utilization",
+                "max_lora_rank",
+                "extra_args",
+                "servers",
+                "python",
+                "kvcache_space_gib",
+                "dtype",
+            }
+        )
+        if started_only:
+            raise UnsupportedConfigError(
+                f"inference.vllm.urls attaches to running servers, so inference.vllm."
+                f"{', inference.vllm.'.join(started_only)} (settings of started servers) "
+                "would do nothing: drop them"
+            )
+        return
+    try:
+        check_pool_settings(v, lora_rank=cfg.lora.rank if cfg.lora.enabled else None)
+    except VLLMPoolError as exc:
+        raise UnsupportedConfigError(str(exc)) from None
 
 
 def check_pool_settings(
@@ -157,7 +195,7 @@ def _servers_lora_rank(s: VLLMPoolConfig, lora_rank: int | None) -> int | None:
     return s.max_lora_rank
 
 
-class VLLMPoolEngine:
+class VLLMPoolEngine(EngineBase):
     """An inference engine whose samples come from a pool of vLLM servers through an embedded gateway.
 
     Build with :meth:`from_config` (or the constructor), then :meth:`start`; :meth:`close` stops what it
@@ -165,7 +203,18 @@ class VLLMPoolEngine:
     calls; ``stats["generated_tokens"]`` counts sampled tokens; :meth:`metrics` reports the pool's health.
     """
 
-    routes_by_session = True  # RolloutContext passes the episode id: one gateway session per episode
+    # RolloutContext passes the episode id (one gateway session per episode); agent flows call its own gateways;
+    # vLLM reports logprobs renormalised after top-p/top-k; a full-model sync restarts (CPU) or reloads the
+    # servers under calls in flight; older adapters stay loaded for calls in flight (keep_versions).
+    capabilities = EngineCapabilities(
+        name="vllm",
+        weight_transfer="files",
+        routes_by_session=True,
+        own_gateway=True,
+        truncation_logprobs_exact=False,
+        full_sync_in_flight=False,
+        keeps_versions=True,
+    )
 
     def __init__(
         self,
@@ -188,6 +237,7 @@ class VLLMPoolEngine:
         self.lora = lora_rank is not None
         self.lora_rank = lora_rank
         self.max_model_len = max_model_len
+        self.context_length: int | None = max_model_len
         self.seed = seed
         self.tool_format = tool_format
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -218,9 +268,9 @@ class VLLMPoolEngine:
         self._retired: set[str] = set()  # server roots that missed a sync (gateway processes are not told)
         self._policy_model: str | None = None  # the adapter now served (LoRA), None: the base model
         # Adapters still loaded besides the served one, oldest first: async training keeps the last
-        # `keep_adapters - 1` versions, which calls still in flight (partial rollouts) may be using.
+        # `keep_versions - 1` versions, which calls still in flight (partial rollouts) may be using.
         self._older_adapters: list[str] = []
-        self.keep_adapters = 1
+        self.keep_versions = 1
         # Bumped before and after every policy switch: a call that saw it even and unchanged knows its version
         # without asking the trace store.
         self._switches = 0
@@ -454,10 +504,18 @@ class VLLMPoolEngine:
                 await entry[0].close()
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, *, session_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        session_id: str | None = None,
+        constraint: Any = None,
     ) -> list[Completion]:
         """Sample ``params.n`` continuations of ``prompt_ids`` through the gateway, in session ``session_id``
-        (the episode: its calls stick to one server; default: a session of its own)."""
+        (the episode: its calls stick to one server; default: a session of its own). Token constraints are
+        the local engine's (``capabilities.constraints``); the gateway asks vLLM for forced calls itself."""
+        if constraint is not None:
+            raise ValueError("the vLLM pool takes no token constraint (capabilities.constraints is false)")
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         if not self.gateway_url:
@@ -561,7 +619,7 @@ class VLLMPoolEngine:
         previous, self._policy_model = self._policy_model, name
         if previous is not None and previous != name:
             self._older_adapters.append(previous)
-        while len(self._older_adapters) >= max(self.keep_adapters, 1):
+        while len(self._older_adapters) >= max(self.keep_versions, 1):
             old = self._older_adapters.pop(0)
             self._on_every_server(
                 lambda url, old=old: unload_lora_adapter(url, old), "unloading", strict=False

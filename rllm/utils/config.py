@@ -320,10 +320,10 @@ def _is_model(tp: Any) -> bool:
 
 
 def _variants(tp: Any) -> tuple[str, dict[str, type[BaseModel]]] | None:
-    """A section whose ``name`` picks the model of the rest declares ``config_variants()``: (the key it
-    dispatches on, {its value: model})."""
+    """A section whose ``name`` (or its ``config_tag``) picks the model of the rest declares
+    ``config_variants()``: (the key it dispatches on, {its value: model})."""
     variants = getattr(tp, "config_variants", None) if _is_model(tp) else None
-    return ("name", variants()) if variants is not None else None
+    return (getattr(tp, "config_tag", "name"), variants()) if variants is not None else None
 
 
 def _pick_variant(tp: Any, node: Any) -> Any:

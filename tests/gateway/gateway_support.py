@@ -10,7 +10,7 @@ import openai
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams
 from rllm.inference.local import LocalEngine
 from rllm.runner.assembly import assemble_steps
 
@@ -42,9 +42,14 @@ class GatewayFixture:
         return r.json()["traces"]
 
 
-class ScriptedEngine:
+FAKE_CAPABILITIES = EngineCapabilities(name="fake", weight_transfer="tensors", constraints=True)
+
+
+class ScriptedEngine(EngineBase):
     """FAKE engine: the k-th call gets the k-th scripted reply (real tokenizer, eos appended), because a
     tiny random model never writes a tool call. Renderer, tool parser, gateway and client are real."""
+
+    capabilities = FAKE_CAPABILITIES
 
     def __init__(self, tokenizer: Any, replies: list[str]) -> None:
         self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 5

@@ -10,6 +10,8 @@ import pytest
 from gateway_support import MODEL
 from gateway_support import GatewayFixture as _Server
 
+from rllm.inference.base import EngineBase, EngineCapabilities
+
 
 def _decode(server: _Server, ids: list[int]) -> str:
     return server.engine.tokenizer.decode(ids, skip_special_tokens=True)
@@ -207,9 +209,14 @@ def test_invalid_prompt_token_ids_are_refused(server: _Server) -> None:
         server.client().completions.create(model=MODEL, prompt=[10**9], max_tokens=2)
 
 
-class ScriptedEngine:
+FAKE_CAPABILITIES = EngineCapabilities(name="fake", weight_transfer="tensors", constraints=True)
+
+
+class ScriptedEngine(EngineBase):
     """FAKE engine: replies with fixed text (tokenized with the real tokenizer), because a tiny random model
     never writes a tool call. Everything around it (renderer, parser, gateway, client) is real."""
+
+    capabilities = FAKE_CAPABILITIES
 
     def __init__(self, tokenizer, reply: str) -> None:
         self.tokenizer, self.reply, self.weight_version = tokenizer, reply, 3

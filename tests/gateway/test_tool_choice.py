@@ -20,7 +20,7 @@ from gateway_support import GatewayFixture as _Server
 from rllm.gateway.app import create_app
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams
 from rllm.inference.constraints import OneOfTexts, allowed_counts
 from rllm.inference.sampling import sample_tokens
 from rllm.runner.assembly import assemble_steps
@@ -63,10 +63,15 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-class ContinuationEngine:
+FAKE_CAPABILITIES = EngineCapabilities(name="fake", weight_transfer="tensors", constraints=True)
+
+
+class ContinuationEngine(EngineBase):
     """FAKE engine: the k-th call gets the k-th scripted continuation (real tokenizer, eos appended),
     because a tiny random model never completes a tool call. The upstream, renderer, forcing, parser,
     gateway and client around it are real. Records each call's prompt ids and sampling params."""
+
+    capabilities = FAKE_CAPABILITIES
 
     def __init__(self, tokenizer: Any, replies: list[str]) -> None:
         self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1

@@ -72,7 +72,9 @@ def test_async_config_is_checked(vocab_model: Path, tmp_path: Path) -> None:
 
     with pytest.raises(UnsupportedConfigError, match="partial_rollouts applies to async training only"):
         check("rollout.partial_rollouts=false")
-    with pytest.raises(UnsupportedConfigError, match="async training on the vLLM pool needs lora.enabled"):
+    with pytest.raises(
+        UnsupportedConfigError, match="async training on inference.engine=vllm needs lora.enabled"
+    ):
         check(
             "rollout.max_staleness=1",
             "inference.engine=vllm",

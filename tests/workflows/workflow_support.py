@@ -14,13 +14,17 @@ from typing import Any
 
 import torch
 
-from rllm.inference.base import Completion, SamplingParams
+from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams
 from rllm.inference.local import LocalEngine
 from rllm.runner.workflow_runner import WorkflowRunner
 
+FAKE_CAPABILITIES = EngineCapabilities(name="fake", weight_transfer="tensors", constraints=True)
 
-class ScriptedEngine:
+
+class ScriptedEngine(EngineBase):
     """Replies chosen by ``policy``; token ids and logprobs from ``engine``'s tokenizer and model."""
+
+    capabilities = FAKE_CAPABILITIES
 
     def __init__(self, engine: LocalEngine, policy: Callable[[str], str]) -> None:
         self.engine = engine

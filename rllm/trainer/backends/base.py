@@ -1,19 +1,26 @@
 """The small primitive API every training backend implements; the training loop is written once above it.
 
-A backend owns the trainable policy and its optimizer. Per optimizer step the loop calls
+A backend owns the trainable policy and its optimizer, wherever they live: in this process (``local``), in
+rank processes (``distributed``) or in a remote service (``tinker``). Per optimizer step the loop calls
 ``forward_backward`` once per batch (the backend micro-batches internally and accumulates gradients),
 then ``optim_step``, then ``sync_weights_to`` so the inference engine samples from the new weights.
 A backend states what it can do in :class:`BackendCapabilities`; the trainer compares that with the
-config at start-up and refuses what the backend cannot honour.
+config at start-up and refuses what the backend cannot honour, and asks the backend's own
+:meth:`TrainingBackend.check_config` for the rest.
 
-Weight sync has two shapes, chosen by the engine: an in-process engine (``LocalEngine``) takes tensors
-(``load_weights(named_tensors, version)``); an engine behind HTTP (a pool of vLLM servers) has a
-``sync_from(backend, version)`` method and asks the backend for files (``save_adapter`` for LoRA,
-``export_model`` for a full fine-tune), since its weights live in other processes.
+Weight transfer to the sampler is a capability of both sides (``weight_transfer``), and the engine's mode
+picks the shape: ``tensors`` (an in-process engine takes :meth:`TrainingBackend.named_merged_weights`),
+``files`` (servers in other processes read what :meth:`save_adapter` or :meth:`export_model` write, asked
+by the engine's ``sync_from``), ``service`` (the backend's service samples itself: the engine's
+``sync_from`` asks :meth:`TrainingBackend.sampler_for` for a sampler of the current weights). A backend
+implements the methods of the modes it declares; the others refuse.
+
+A new backend is one file and one register call (``BACKENDS.register`` in ``rllm.trainer.backends``).
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,7 +28,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from rllm.algorithms.losses import LossConfig
-from rllm.inference.base import WeightSyncError
+from rllm.inference.base import WeightSyncError, WeightTransfer
 from rllm.types import TrainBatch
 
 
@@ -39,19 +46,58 @@ class BackendCapabilities(BaseModel):
     bf16_autocast: bool
     devices: frozenset[str]  # e.g. {"cpu", "cuda"}
     share_prefix: bool = True  # backend.share_prefix (one forward pass per distinct prompt)
+    # How the current weights reach an inference engine (see the module docstring).
+    weight_transfer: frozenset[WeightTransfer] = frozenset({"tensors", "files"})
+    # It loads model.path itself (a local or hub model); false: model.path is a name its service resolves.
+    loads_model: bool = True
+    # Which backend.* keys it reads beyond backend.name and its own section (the others are refused when set).
+    backend_keys: frozenset[str] = frozenset(
+        {
+            "device",
+            "autocast",
+            "micro_batch_size",
+            "gradient_checkpointing",
+            "attn_implementation",
+            "share_prefix",
+            "old_logprobs",
+        }
+    )
+
+
+def lr_factor(cfg: Any, step: int) -> float:
+    """The learning-rate multiplier of optimizer step ``step`` (0-based) under ``cfg.optim``'s warm-up and
+    schedule over ``cfg.trainer.steps``: every backend follows the same schedule."""
+    o, total = cfg.optim, cfg.trainer.steps
+    if o.warmup_steps and step < o.warmup_steps:
+        return (step + 1) / o.warmup_steps
+    if o.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps))
+    if o.schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class UnsupportedConfigError(ValueError):
     """The config asks a backend for something it cannot do; the message says what to change."""
 
 
-__all__ = ["BackendCapabilities", "TrainingBackend", "UnsupportedConfigError", "WeightSyncError"]
+__all__ = [
+    "BackendCapabilities",
+    "TrainingBackend",
+    "UnsupportedConfigError",
+    "WeightSyncError",
+    "lr_factor",
+]
 
 
 class TrainingBackend(ABC):
+    """Built as ``cls(cfg, model_path, pad_id=...)`` by :func:`rllm.trainer.backends.build_backend`."""
+
     capabilities: ClassVar[BackendCapabilities]
     step: int  # optimizer steps taken (skipped ones included): the weight version the engine samples under
     lora: bool
+    _synced_once: bool = False  # a LoRA run hands over only the changed tensors after the first sync
 
     @abstractmethod
     def forward_backward(
@@ -82,15 +128,27 @@ class TrainingBackend(ABC):
     def skip_step(self) -> None:
         """Advance the step counter and LR schedule without an update (a step with nothing to learn)."""
 
-    @abstractmethod
-    def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, Any]]:
-        """The policy's full weights under plain Hugging Face names (LoRA merged in); with ``changed_only``
-        and LoRA, only the adapted ones."""
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Refuse, at start-up and in one line (:class:`UnsupportedConfigError`), what this backend cannot do
+        beyond what :class:`BackendCapabilities` says (settings of its own section, what this machine lacks).
+        Called before anything loads; the default refuses nothing."""
 
-    @abstractmethod
+    # The weight-transfer modes (see the module docstring): a backend implements those it declares.
+    def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, Any]]:
+        """``tensors``: the policy's full weights under plain Hugging Face names (LoRA merged in); with
+        ``changed_only`` and LoRA, only the adapted ones."""
+        raise WeightSyncError(f"backend '{self.capabilities.name}' does not hand weights over as tensors")
+
     def save_adapter(self, path: Path) -> None:
-        """LoRA only: write the current adapter as a PEFT adapter directory (``adapter_config.json`` +
+        """``files``, LoRA: write the current adapter as a PEFT adapter directory (``adapter_config.json`` +
         ``adapter_model.safetensors``), the format vLLM hot-loads."""
+        raise WeightSyncError(f"backend '{self.capabilities.name}' does not write adapter files")
+
+    def sampler_for(self, version: int) -> Any:
+        """``service``: a handle the service samples the current weights with, as weight version ``version``
+        (its engine's ``sync_from`` takes it)."""
+        raise WeightSyncError(f"backend '{self.capabilities.name}' has no sampling service")
 
     @abstractmethod
     def save_state(self, path: Path) -> None:
@@ -105,16 +163,21 @@ class TrainingBackend(ABC):
         """Write a standalone Hugging Face model directory (LoRA merged) for serving or evaluation."""
 
     def sync_weights_to(self, engine: Any) -> None:
-        """Make ``engine`` sample from the current weights, as weight version ``self.step``.
-
-        An engine with ``sync_from`` pulls files from this backend (see the module docstring); any other
-        engine gets tensors, only the changed ones after the first sync of a LoRA run. Raises
+        """Make ``engine`` sample from the current weights, as weight version ``self.step``, in the engine's
+        transfer mode (see the module docstring): tensors are handed over (only the changed ones after the
+        first sync of a LoRA run); files and services are pulled by the engine's ``sync_from``. Raises
         :class:`WeightSyncError` when the engine could not take them."""
-        if hasattr(engine, "sync_from"):
-            engine.sync_from(self, version=self.step)
-        else:
-            changed_only = self.lora and getattr(self, "_synced_once", False)
+        mode = engine.capabilities.weight_transfer
+        if mode not in self.capabilities.weight_transfer:
+            raise WeightSyncError(
+                f"backend '{self.capabilities.name}' cannot hand weights over as {mode} "
+                f"(it offers {', '.join(sorted(self.capabilities.weight_transfer))})"
+            )
+        if mode == "tensors":
+            changed_only = self.lora and self._synced_once
             engine.load_weights(self.named_merged_weights(changed_only=changed_only), version=self.step)
+        else:
+            engine.sync_from(self, version=self.step)
         self._synced_once = True
 
     def close(self) -> None:

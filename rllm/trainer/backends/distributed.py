@@ -25,6 +25,7 @@ split here would go by ``dp`` rank. Nothing in the driver assumes a 1-D mesh bey
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import random
@@ -116,6 +117,20 @@ class DistributedBackend(TrainingBackend):
     """The driver: holds no weights, only the rank actors; every primitive runs on all ranks at once."""
 
     capabilities = DISTRIBUTED_CAPABILITIES
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """What the config asks first, then what this machine has."""
+        if cfg.backend.distributed.comm == "nccl" and cfg.backend.device == "cpu":
+            raise UnsupportedConfigError(
+                "backend.distributed.comm=nccl needs GPUs, and backend.device=cpu: "
+                "set backend.distributed.comm=gloo (or auto)"
+            )
+        if importlib.util.find_spec("ray") is None:
+            raise UnsupportedConfigError(
+                "backend.name=distributed places its ranks with Ray, which is not installed: "
+                "pip install 'rllm[distributed]' (or bash scripts/setup.sh distributed)"
+            )
 
     def __init__(self, cfg: TrainConfig, model_path: str, pad_id: int) -> None:
         self.cfg = cfg

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import random
 import warnings
 from pathlib import Path
@@ -21,7 +20,7 @@ from rllm.algorithms.losses import (
     entropy_from_logits,
 )
 from rllm.inference.local import left_pad, pick_device
-from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError
+from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
 from rllm.trainer.config import TrainConfig
 from rllm.types import TrainBatch, TrainSequence
 
@@ -137,15 +136,7 @@ class LocalBackend(TrainingBackend):
 
     # ------------------------------------------------------------------ schedule
     def _lr_factor(self, step: int) -> float:
-        o, total = self.cfg.optim, self.cfg.trainer.steps
-        if o.warmup_steps and step < o.warmup_steps:
-            return (step + 1) / o.warmup_steps
-        if o.schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps))
-        if o.schedule == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return lr_factor(self.cfg, step)
 
     # ------------------------------------------------------------------ tensors
     def _micro_batches(self, batch: TrainBatch) -> list[list[TrainSequence]]:
