@@ -221,10 +221,10 @@ class AgentTrainer:
         the run's event loop, the journal."""
         self._stop_gateway()
         for part in ("engine", "backend"):
-            close = getattr(getattr(self, part, None), "close", None)
-            if close is not None:
+            built = getattr(self, part, None)  # None when start-up failed before building it
+            if built is not None:
                 try:
-                    close()
+                    built.close()
                 except Exception:  # closing must not hide the error that ended the run
                     logger.exception("closing the %s failed", part)
         self._loop.close()
