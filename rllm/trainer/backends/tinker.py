@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rllm.algorithms.losses import LossConfig, compute_policy_loss
 from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams, WeightSyncError
 from rllm.inference.chat_template import ChatRenderer
+from rllm.models import BUILTIN_MODELS, resolve_model
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
 from rllm.types import TrainBatch, TrainSequence
 
@@ -49,7 +50,7 @@ __all__ = ["TinkerBackend", "TinkerEngine", "TinkerEnginePlugin", "TinkerOptions
 
 # rllm loss -> Tinker loss_fn
 _LOSSES = {"is": "importance_sampling", "ppo": "ppo"}
-_LORA_DEFAULTS = {"alpha": 64, "dropout": 0.0, "target_modules": "all-linear"}
+_FIXED_LORA_KEYS = ("alpha", "dropout", "target_modules")  # the service's own choice
 
 
 class TinkerOptions(BaseModel):
@@ -72,6 +73,11 @@ class TinkerOptions(BaseModel):
         description="Environment variable that holds the API key (keys never go in a config file).",
     )
     timeout_s: float = Field(600.0, gt=0, description="Most seconds one service operation may take.")
+    tokenizer: str | None = Field(
+        None,
+        description="Where the sampler's tokenizer loads from (a local directory or hub id); null: model.path "
+        "when it is a built-in model or a local directory, else the service's model name (from the hub).",
+    )
 
 
 def _options(cfg: Any) -> TinkerOptions:
@@ -112,8 +118,7 @@ class TinkerBackend(TrainingBackend):
             raise UnsupportedConfigError(
                 "backend.name=tinker needs the tinker SDK, which is not installed: pip install 'rllm[tinker]'"
             )
-        lora = cfg.lora
-        fixed = [f"lora.{k}" for k, v in _LORA_DEFAULTS.items() if getattr(lora, k) != v]
+        fixed = [f"lora.{k}" for k in _FIXED_LORA_KEYS if k in cfg.lora.model_fields_set]
         if fixed:
             raise UnsupportedConfigError(
                 f"backend.name=tinker sets only the LoRA rank (the service fixes alpha, dropout and the adapted "
@@ -349,9 +354,19 @@ class TinkerBackend(TrainingBackend):
         )
 
     def close(self) -> None:
-        close = getattr(self.service, "close", None)
-        if close is not None:
-            close()
+        _close_session(self.service, self.timeout_s)
+
+
+def _is_local(name: str) -> bool:
+    """A built-in rllm model or a model directory here: its tokenizer loads without the hub."""
+    return name in BUILTIN_MODELS or Path(name).is_dir()
+
+
+def _load_tokenizer(spec: str | None, base_model: str) -> Any:
+    from transformers import AutoTokenizer  # only when sampling through a Tinker service
+
+    source = spec or base_model
+    return AutoTokenizer.from_pretrained(resolve_model(source) if source in BUILTIN_MODELS else source)
 
 
 class TinkerEngine(EngineBase):
@@ -366,7 +381,9 @@ class TinkerEngine(EngineBase):
         truncation_logprobs_exact=False,
     )
 
-    def __init__(self, service: Any, base_model: str, *, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, service: Any, base_model: str, *, timeout_s: float = 600.0, tokenizer: str | None = None
+    ) -> None:
         import tinker
 
         self._tinker = tinker
@@ -374,7 +391,11 @@ class TinkerEngine(EngineBase):
         self.base_model = base_model
         self.timeout_s = timeout_s
         self.client = service.create_sampling_client(base_model=base_model)
-        self.tokenizer = self.client.get_tokenizer()
+        self.tokenizer = (
+            _load_tokenizer(tokenizer, base_model) if tokenizer or _is_local(base_model) else None
+        )
+        if self.tokenizer is None:  # the SDK's way: the model's name on the hub
+            self.tokenizer = self.client.get_tokenizer()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.weight_version = 0
         self.stats: dict[str, float] = {"calls": 0, "generated_tokens": 0}
@@ -445,9 +466,15 @@ class TinkerEngine(EngineBase):
         self.client, self.weight_version = backend.sampler_for(version), version
 
     def close(self) -> None:
-        close = getattr(self.service, "close", None)
-        if close is not None:
-            close()
+        _close_session(self.service, self.opts.timeout_s)
+
+
+def _close_session(service: Any, timeout_s: float) -> None:
+    """End the client's session on the service (heartbeats stop, its resources are released)."""
+    try:
+        service.close("success").result(timeout=timeout_s)
+    except Exception:  # closing must not hide the error that ended the run
+        logger.warning("closing the tinker session failed", exc_info=True)
 
 
 class TinkerEnginePlugin:
@@ -463,4 +490,9 @@ class TinkerEnginePlugin:
     @classmethod
     def build(cls, cfg: Any, model_path: str, *, run_dir: Path) -> TinkerEngine:
         opts = _options(cfg)
-        return TinkerEngine(_service_client(opts), opts.base_model or model_path, timeout_s=opts.timeout_s)
+        return TinkerEngine(
+            _service_client(opts),
+            opts.base_model or model_path,
+            timeout_s=opts.timeout_s,
+            tokenizer=opts.tokenizer,
+        )
