@@ -486,6 +486,12 @@ class TinkerEnginePlugin:
             raise UnsupportedConfigError(
                 "inference.engine=tinker samples the weights a Tinker service trains: set backend.name=tinker"
             )
+        local_keys = sorted({"dtype", "max_batch_rows"} & cfg.inference.model_fields_set)
+        if local_keys:
+            raise UnsupportedConfigError(
+                f"inference.{', inference.'.join(local_keys)} apply to the local engine; the Tinker service "
+                "samples with its own: drop them"
+            )
 
     @classmethod
     def build(cls, cfg: Any, model_path: str, *, run_dir: Path) -> TinkerEngine:
