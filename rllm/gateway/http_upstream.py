@@ -371,6 +371,10 @@ class HTTPUpstream:
             body["top_k"] = p.top_k
         if p.ignore_eos:
             body["ignore_eos"] = True
+        if p.stop_token_ids:
+            if self.kind == "openai":
+                raise UpstreamError(400, "stop_token_ids is not part of the OpenAI API this upstream speaks")
+            body["stop_token_ids"] = p.stop_token_ids
         if request.endpoint == "chat.completions":
             body["messages"] = request.messages
             if request.tools:
