@@ -125,6 +125,24 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_model_dir, agg: str) 
     assert 0 < big["train/clip_fraction"] < 1
 
 
+def test_forward_backward_reports_the_logprobs_it_trained_on(tiny_model_dir) -> None:
+    """logprobs_out: the same values compute_logprobs gives before the step (same alignment, one forward),
+    in the batch's order though micro-batches sort it; the gradient is unchanged by asking."""
+    backend = _backend(tiny_model_dir, "backend.micro_batch_size=3")
+    batch = _batch(seed=2)
+    expected = backend.compute_logprobs(batch)
+    plain_metrics = backend.forward_backward(batch, LossConfig())
+    plain = _grads(backend)
+    backend.optimizer.zero_grad(set_to_none=True)
+    logprobs: list[list[float]] = []
+    metrics = backend.forward_backward(batch, LossConfig(), logprobs_out=logprobs)
+    assert [len(row) for row in logprobs] == [len(s.input_ids) for s in batch.sequences]
+    torch.testing.assert_close(_flat(logprobs), _flat(expected), rtol=0, atol=1e-5)
+    assert metrics["train/loss"] == pytest.approx(plain_metrics["train/loss"], rel=1e-6)
+    for name, grad in _grads(backend).items():
+        torch.testing.assert_close(grad, plain[name])
+
+
 @torch.no_grad()
 def _greedy(model: torch.nn.Module, prompt: list[int], max_new: int) -> list[int]:
     ids = list(prompt)

@@ -107,6 +107,15 @@ def test_eos_stops_and_is_kept(engine, prompts) -> None:
     assert c.finish_reason == "stop"
 
 
+def test_stop_token_ids_stop_and_are_kept(engine, prompts) -> None:
+    (full,) = engine.generate_sync(prompts[1], GREEDY)
+    stop = full.completion_ids[3]
+    (c,) = engine.generate_sync(prompts[1], GREEDY.model_copy(update={"stop_token_ids": [stop]}))
+    first = full.completion_ids.index(stop)
+    assert c.completion_ids == full.completion_ids[: first + 1]
+    assert c.finish_reason == "stop"
+
+
 def test_stop_string_cuts_text_but_keeps_tokens(engine, prompts) -> None:
     (full,) = engine.generate_sync(prompts[0], GREEDY)
     tok = engine.tokenizer

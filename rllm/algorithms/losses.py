@@ -29,10 +29,12 @@ class LossConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["ppo", "is", "gspo", "cispo"] = Field(
+    name: Literal["ppo", "is", "gspo", "cispo", "cross_entropy"] = Field(
         "ppo",
         description="Policy loss: 'ppo' (clipped token ratio), 'is' (unclipped importance sampling), "
-        "'gspo' (clipped sequence ratio), 'cispo' (clipped, detached IS weight times logprob).",
+        "'gspo' (clipped sequence ratio), 'cispo' (clipped, detached IS weight times logprob), "
+        "'cross_entropy' (-logprob times the per-token weight carried in the advantages: SFT, or "
+        "Tinker's cross_entropy with its weights).",
     )
     clip_low: float = Field(0.2, ge=0.0, description="PPO: the ratio is clipped below at 1 - clip_low.")
     clip_high: float = Field(
@@ -198,11 +200,28 @@ def cispo_loss(
     return -weight_BT * advantages_BT * logprobs_BT, ratio_BT, weight_BT != ratio_BT
 
 
+def cross_entropy_loss(
+    logprobs_BT: Tensor, old_logprobs_BT: Tensor, advantages_BT: Tensor, mask_BT: Tensor, cfg: LossConfig
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Weighted negative log-likelihood (supervised learning; Tinker's ``cross_entropy``).
+
+        L_t = -w_t * logp_t,    w_t = A_t
+
+    The per-token weight rides in the advantages tensor (1 on the tokens to imitate for plain SFT; any
+    weight for Tinker's ``weights``), so the loss needs no field of its own; the behaviour logprobs are
+    not read. The ratio reported in metrics is that of ``old_logprobs`` anyway, so a caller that passes
+    them still sees how far the policy moved.
+    """
+    ratio_BT = _clamped_exp(logprobs_BT - old_logprobs_BT).detach()
+    return -advantages_BT * logprobs_BT, ratio_BT, torch.zeros_like(ratio_BT, dtype=torch.bool)
+
+
 POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "ppo": ppo_loss,
     "is": is_loss,
     "gspo": gspo_loss,
     "cispo": cispo_loss,
+    "cross_entropy": cross_entropy_loss,
 }
 
 

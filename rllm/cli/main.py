@@ -11,6 +11,8 @@
     rllm gateway --model MODEL [--port P] [--upstream URL ...] [--store PATH] [--api-key KEY]
                                                serve a model behind the trace-recording OpenAI gateway
     rllm ui [--port P] [--store PATH]          browse runs in a web UI (live metrics, episodes, tokens)
+    rllm serve tinker --model MODEL [--port P] [--api-key KEY]
+                                               the Tinker training + sampling API for the tinker SDK
     rllm replay RUN [--step N] [--checkpoint CKPT] [--bundle OUT.tar.gz]
                                                re-run a recorded step's batch (and loss) and check it
                                                equals the record; a bundle replays on another machine
@@ -37,6 +39,7 @@ from rllm.cli.gateway_cmd import add_gateway_parser
 from rllm.cli.init_cmd import add_init_parser
 from rllm.cli.model_cmd import add_model_parser
 from rllm.cli.replay_cmd import add_replay_parser
+from rllm.cli.serve_cmd import add_serve_parser
 from rllm.cli.train_cmd import add_train_parser
 from rllm.cli.ui_cmd import add_ui_parser
 
@@ -61,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(
         dest="command",
-        metavar="{init,train,eval,replay,ui,gateway,model,dataset,check-template,version}",
+        metavar="{init,train,eval,replay,ui,gateway,serve,model,dataset,check-template,version}",
         required=True,
     )
     train = add_train_parser(subparsers)
@@ -78,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_init_parser(subparsers)
     add_ui_parser(subparsers)
     add_gateway_parser(subparsers)
+    add_serve_parser(subparsers)
     add_model_parser(subparsers)
     add_dataset_parser(subparsers)
     add_check_template_parser(subparsers)

@@ -47,6 +47,7 @@ import aiohttp
 
 from rllm.gateway.upstreams import UpstreamChoice, UpstreamError, UpstreamRequest, UpstreamResult
 from rllm.gateway.vllm_forcing import forced_reply_mask
+from rllm.inference.base import SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -349,6 +350,22 @@ class HTTPUpstream:
             return result
         raise UpstreamError(502, f"no upstream worker could serve the request ({last})")
 
+    def _engine_sampling(self, p: SamplingParams) -> dict[str, Any]:
+        """The sampling fields vLLM and SGLang take beyond the OpenAI API (refused for a plain OpenAI
+        upstream, which would ignore or reject them)."""
+        extra: dict[str, Any] = {}
+        if p.top_k:
+            extra["top_k"] = p.top_k
+        if p.stop_token_ids:
+            extra["stop_token_ids"] = p.stop_token_ids
+        if extra and self.kind == "openai":
+            raise UpstreamError(
+                400, f"{', '.join(extra)} is not part of the OpenAI API this upstream speaks: drop it"
+            )
+        if p.ignore_eos:
+            extra["ignore_eos"] = True
+        return extra
+
     def request_body(self, request: UpstreamRequest) -> dict[str, Any]:
         """The upstream request: the client's request with the session's sampling, plus the fields this
         kind of engine needs to return token ids and logprobs."""
@@ -365,12 +382,7 @@ class HTTPUpstream:
             body["stop"] = p.stop
         if p.seed is not None:
             body["seed"] = p.seed
-        if p.top_k:
-            if self.kind == "openai":
-                raise UpstreamError(400, "top_k is not part of the OpenAI API this upstream speaks: drop it")
-            body["top_k"] = p.top_k
-        if p.ignore_eos:
-            body["ignore_eos"] = True
+        body.update(self._engine_sampling(p))
         if request.endpoint == "chat.completions":
             body["messages"] = request.messages
             if request.tools:

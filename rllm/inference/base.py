@@ -14,7 +14,10 @@ class SamplingParams(BaseModel):
 
     ``ignore_eos`` keeps sampling past the eos token until ``max_tokens`` (stop strings still apply), as
     vLLM's option of the same name: a benchmarking knob that makes every row generate exactly
-    ``max_tokens`` tokens, not something to train with."""
+    ``max_tokens`` tokens, not something to train with (and what Tinker's ``stop=[]`` asks for).
+
+    ``stop_token_ids`` end a row on any of those tokens, which is kept in the completion as an eos token
+    is (vLLM's option of the same name; Tinker's stop given as token ids)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -23,6 +26,7 @@ class SamplingParams(BaseModel):
     top_k: int = Field(0, ge=0, le=2**31)
     max_tokens: int = Field(256, ge=1, le=2**31)
     stop: list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)
     n: int = Field(1, ge=1, le=1024)
     # Any 63-bit value: engines derive per-row / per-call seeds from it modulo 2**63.
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)

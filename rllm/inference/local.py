@@ -328,7 +328,14 @@ class LocalEngine(EngineBase):
                 r = rows[i]
                 r.out_ids.append(tok_list[pos])
                 r.out_logprobs.append(lp_list[pos])
-                if tok_list[pos] in eos and not r.params.ignore_eos or r.params.stop and self._hit_stop(r):
+                tok = tok_list[pos]
+                if (
+                    tok in eos
+                    and not r.params.ignore_eos
+                    or tok in r.params.stop_token_ids
+                    or r.params.stop
+                    and self._hit_stop(r)
+                ):
                     r.finish_reason = "stop"
                 elif len(r.out_ids) >= r.params.max_tokens:
                     r.finish_reason = "length"

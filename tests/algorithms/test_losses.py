@@ -22,7 +22,7 @@ def _t(*rows):
 
 
 def test_registry_matches_config_names():
-    assert set(POLICY_LOSSES) == {"ppo", "is", "gspo", "cispo"}
+    assert set(POLICY_LOSSES) == {"ppo", "is", "gspo", "cispo", "cross_entropy"}
 
 
 def test_ppo_clip_higher_for_positive_and_negative_advantages():
@@ -68,6 +68,20 @@ def test_is_loss_is_unclipped():
     )
     torch.testing.assert_close(loss, _t([-1.5, 1.0]))
     assert metrics["clip_fraction"].item() == 0.0
+
+
+def test_cross_entropy_is_weighted_nll_and_ignores_behaviour_logprobs():
+    # -w * logp: the weight rides in the advantages; the behaviour logprobs change nothing
+    logprobs = torch.log(_t([0.5, 0.25, 0.8])).requires_grad_(True)
+    weights = _t([1.0, 2.0, 0.0])
+    for old in (torch.zeros(1, 3, dtype=torch.float64), _t([-3.0, 1.0, 0.5])):
+        loss, metrics = compute_policy_loss(
+            logprobs, old, weights, torch.ones(1, 3), LossConfig(name="cross_entropy")
+        )
+        torch.testing.assert_close(loss, _t([-math.log(0.5), -2 * math.log(0.25), 0.0]))
+        assert metrics["clip_fraction"].item() == 0.0
+    loss.sum().backward()
+    torch.testing.assert_close(logprobs.grad, -weights)
 
 
 def test_gspo_uses_the_length_normalised_sequence_ratio():

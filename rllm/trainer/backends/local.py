@@ -30,7 +30,7 @@ LOCAL_CAPABILITIES = BackendCapabilities(
     name="local",
     full_finetune=True,
     lora=True,
-    losses=frozenset({"ppo", "is", "gspo", "cispo"}),
+    losses=frozenset({"ppo", "is", "gspo", "cispo", "cross_entropy"}),
     kl_to_reference=True,
     recompute_old_logprobs=True,
     bf16_autocast=True,
@@ -302,12 +302,20 @@ class LocalBackend(TrainingBackend):
         *,
         old_logprobs: list[list[float]] | None = None,
         ref_logprobs: list[list[float]] | None = None,
+        logprobs_out: list[list[float]] | None = None,
     ) -> dict[str, float]:
+        """See :meth:`TrainingBackend.forward_backward`. ``logprobs_out``, when given (an empty list), is
+        filled with each sequence's per-token logprobs from this same forward pass, aligned with its
+        ``input_ids`` exactly as :meth:`compute_logprobs` returns them: a caller that reports the logprobs
+        it trained on (the Tinker service) needs no second forward."""
         if not batch.sequences:
             raise ValueError("forward_backward got an empty batch; skip the step instead")
+        sink: dict[int, list[float]] | None = {} if logprobs_out is not None else None
         sums, weight_total, total_loss = self._accumulate_gradients(
-            batch, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs
+            batch, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, logprobs_sink=sink
         )
+        if logprobs_out is not None and sink is not None:
+            logprobs_out[:] = [sink[id(s)] for s in batch.sequences]
         out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
         out["train/loss"] = total_loss
         return out
@@ -319,6 +327,7 @@ class LocalBackend(TrainingBackend):
         *,
         old_logprobs: list[list[float]] | None = None,
         ref_logprobs: list[list[float]] | None = None,
+        logprobs_sink: dict[int, list[float]] | None = None,
     ) -> tuple[dict[str, float], float, float]:
         """Backward over every micro-batch of ``batch``; returns the un-normalised metric sums (each
         micro-batch's means times its trained tokens), the trained-token total and the summed loss, so
@@ -334,7 +343,9 @@ class LocalBackend(TrainingBackend):
         for mb in self._micro_batches(batch):
             old = [old_logprobs[index[id(s)]] for s in mb] if old_logprobs is not None else None
             ref = [ref_logprobs[index[id(s)]] for s in mb] if ref_logprobs is not None else None
-            mb_loss, metrics, n_tok = self._micro_batch_backward(mb, loss, num_tokens, num_seqs, old, ref)
+            mb_loss, metrics, n_tok = self._micro_batch_backward(
+                mb, loss, num_tokens, num_seqs, old, ref, logprobs_sink=logprobs_sink
+            )
             total_loss += mb_loss
             # Token-weighted average of per-micro-batch metric means.
             for k, v in metrics.items():
@@ -352,10 +363,12 @@ class LocalBackend(TrainingBackend):
         ref_rows: list[list[float]] | None,
         *,
         weight: float = 1.0,
+        logprobs_sink: dict[int, list[float]] | None = None,
     ) -> tuple[float, dict[str, float], float]:
         """Forward and backward of one micro-batch (its loss normalised by the batch's counts, times
         ``weight``: 0 runs the collectives of a sharded model without changing any gradient); returns the
-        loss, the metric means and the number of trained tokens."""
+        loss, the metric means and the number of trained tokens. ``logprobs_sink`` collects each row's
+        logprobs (aligned with its input_ids, keyed by ``id(sequence)``)."""
         t = self._pad(mb)
         mask = t["loss_mask"][:, 1:]
         adv = t["advantages"][:, 1:]
@@ -381,6 +394,10 @@ class LocalBackend(TrainingBackend):
             norm_tokens=loss.agg_norm_tokens,
         )
         (mb_loss * weight if weight != 1.0 else mb_loss).backward()
+        if logprobs_sink is not None:
+            rows = logprobs.detach().tolist()
+            for row, s in enumerate(mb):
+                logprobs_sink[id(s)] = [0.0] + rows[row][: len(s.input_ids) - 1]
         with torch.no_grad():
             n_tok = float(mask.sum())
             metrics["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
