@@ -88,7 +88,9 @@ def _run(name: str, overrides: list[str]) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="2 steps each on a tiny random model")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default: the default run's)")
     args = parser.parse_args()
@@ -148,7 +150,17 @@ def main() -> int:
     ]
     print(
         markdown_table(
-            ["backend", "steps", "before", "after", "step s (median)", "rollout s", "update s", "sync s", "wall s"],
+            [
+                "backend",
+                "steps",
+                "before",
+                "after",
+                "step s (median)",
+                "rollout s",
+                "update s",
+                "sync s",
+                "wall s",
+            ],
             rows,
         )
     )

@@ -85,10 +85,16 @@ def _options(cfg: Any) -> TinkerOptions:
     return opts if isinstance(opts, TinkerOptions) else TinkerOptions()
 
 
-def _service_client(opts: TinkerOptions) -> Any:
-    import tinker
+# The SDK refuses to start without a key; a service of your own (`rllm serve tinker` without --api-key)
+# accepts any, so one given by URL gets this placeholder when the environment has none.
+LOCAL_PLACEHOLDER_KEY = "tml-rllm-local-service"
 
-    return tinker.ServiceClient(base_url=opts.base_url, api_key=os.environ.get(opts.api_key_env))
+
+def _service_client(opts: TinkerOptions) -> Any:
+    import tinker  # the optional SDK: only a tinker run needs it
+
+    key = os.environ.get(opts.api_key_env) or (LOCAL_PLACEHOLDER_KEY if opts.base_url else None)
+    return tinker.ServiceClient(base_url=opts.base_url, api_key=key)
 
 
 TINKER_CAPABILITIES = BackendCapabilities(
@@ -142,7 +148,7 @@ class TinkerBackend(TrainingBackend):
             )
 
     def __init__(self, cfg: Any, model_path: str, pad_id: int) -> None:
-        import tinker
+        import tinker  # the optional SDK: only a tinker run needs it
 
         self.cfg = cfg
         self.opts = _options(cfg)
@@ -354,7 +360,7 @@ class TinkerBackend(TrainingBackend):
         )
 
     def close(self) -> None:
-        _close_session(self.service, self.timeout_s)
+        _close_session(self.service, self.opts.timeout_s)
 
 
 def _is_local(name: str) -> bool:
@@ -384,7 +390,7 @@ class TinkerEngine(EngineBase):
     def __init__(
         self, service: Any, base_model: str, *, timeout_s: float = 600.0, tokenizer: str | None = None
     ) -> None:
-        import tinker
+        import tinker  # the optional SDK: only a tinker run needs it
 
         self._tinker = tinker
         self.service = service
@@ -466,7 +472,7 @@ class TinkerEngine(EngineBase):
         self.client, self.weight_version = backend.sampler_for(version), version
 
     def close(self) -> None:
-        _close_session(self.service, self.opts.timeout_s)
+        _close_session(self.service, self.timeout_s)
 
 
 def _close_session(service: Any, timeout_s: float) -> None:
