@@ -282,8 +282,8 @@ class ShapingConfig(_Section):
 class AlgorithmConfig(_Section):
     advantage: str | dict[str, str] = Field(
         "grpo",
-        description="Advantage estimator (grpo, dr_grpo, rloo, reinforce, reinforce_pp), or a mapping "
-        "role -> estimator with 'default' as fallback.",
+        description="Advantage estimator (grpo, dr_grpo, rloo, reinforce, reinforce_pp, or one registered in "
+        "rllm.algorithms.ADVANTAGE_ESTIMATORS), or a mapping role -> estimator with 'default' as fallback.",
     )
     norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
     std: StdKind = Field(
