@@ -106,7 +106,9 @@ def test_console_sink_prints_selected_keys() -> None:
 
 
 def test_unknown_sink_name_lists_choices(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="valid choices.*console.*jsonl.*tensorboard.*wandb"):
+    with pytest.raises(
+        ValueError, match="unknown metrics sink 'mlflow': choose one of console, jsonl, tensorboard, wandb"
+    ):
         build_sinks(["jsonl", "mlflow"], tmp_path, "run", {})
     assert not (tmp_path / "metrics.jsonl").exists()  # names are checked before anything is created
 

@@ -133,12 +133,11 @@ def test_a_registered_datasets_reward_must_be_registered_in_this_process(
 ) -> None:
     """A dataset registered with a user's reward, trained or evaluated by a process that never registered
     that reward: refused at start-up, not with a KeyError traceback at the first episode."""
-    monkeypatch.setattr(rewards, "_USER", dict(rewards._USER))  # this test's registrations end with it
     rewards.register_reward("mine", lambda task, response: 1.0)
     rows = [{"task_id": f"t{i}", "question": f"{i}?", "ground_truth": str(i)} for i in range(3)]
     DatasetRegistry().register("mydata", rows, "train", reward="mine")
     DatasetRegistry().register("mydata", rows, "test", reward="mine")
-    del rewards._USER["mine"]  # as in a new process, which has not registered it
+    rewards.unregister_reward("mine")  # as in a new process, which has not registered it
 
     assert main(["train", "data.task=mydata", f"model.path={MISSING_MODEL}"]) == 2
     assert "dataset 'mydata' is scored by reward 'mine', which is not registered" in _one_line(

@@ -13,6 +13,7 @@ from rllm._lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "ADVANTAGE_ESTIMATORS": "rllm.algorithms.advantages",
     "AdvantageEstimator": "rllm.algorithms.advantages",
+    "EstimatorCapabilities": "rllm.algorithms.advantages",
     "get_advantage_estimator": "rllm.algorithms.advantages",
     "LossConfig": "rllm.algorithms.losses",
     "POLICY_LOSSES": "rllm.algorithms.losses",
@@ -32,6 +33,7 @@ __all__ = [
     "POLICY_LOSSES",
     "AdvantageEstimator",
     "Credit",
+    "EstimatorCapabilities",
     "FilterConfig",
     "LossConfig",
     "PolicyLossFn",
@@ -45,7 +47,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, AdvantageEstimator, get_advantage_estimator
+    from rllm.algorithms.advantages import (
+        ADVANTAGE_ESTIMATORS,
+        AdvantageEstimator,
+        EstimatorCapabilities,
+        get_advantage_estimator,
+    )
     from rllm.algorithms.losses import POLICY_LOSSES, LossConfig, PolicyLossFn, compute_policy_loss
     from rllm.algorithms.transforms import (
         Credit,

@@ -6,8 +6,12 @@ all groups of one role, ``rewards_by_group`` (one 1-D float array ``rewards_G`` 
 the advantages in the same layout: one scalar advantage per trajectory, which the transform pipeline
 broadcasts to every token the trajectory produced.
 
-Estimators are named in config, so they live in the ``ADVANTAGE_ESTIMATORS`` registry; look one up with
-``get_advantage_estimator(name)``.
+Estimators are named in config (``algorithm.advantage``), so they live in ``ADVANTAGE_ESTIMATORS``, a
+:class:`rllm.utils.registry.Registry` (docs/plugins.md); look one up with ``get_advantage_estimator(name)``.
+An estimator declares what the start-up checks need to know of it in :class:`EstimatorCapabilities`
+(whether it compares attempts within a group); the options it takes are read from its signature
+(``norm_std``, ``std``). One defined elsewhere registers with ``ADVANTAGE_ESTIMATORS.register(name, fn,
+capabilities=EstimatorCapabilities(...))``, or through the ``rllm.advantage_estimators`` entry-point group.
 
 Every estimator that divides by a standard deviation (``grpo`` per group, ``reinforce_pp`` per batch) takes
 ``std``: ``"sample"`` (the default) is the Bessel-corrected std, ``sqrt(sum((x - mean)^2) / (n - 1))``, as
@@ -21,13 +25,24 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 import numpy as np
 
 from rllm.utils.config import did_you_mean
+from rllm.utils.registry import Registry
 
 AdvantageEstimator = Callable[..., list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class EstimatorCapabilities:
+    """What an advantage estimator declares about itself, for the start-up checks."""
+
+    group_relative: bool = False
+    """It compares the attempts of a group with each other: a run needs ``rollout.group_size >= 2``."""
+
 
 StdKind = Literal["sample", "population"]
 """Which standard deviation an estimator divides by: ``"sample"`` (ddof=1) or ``"population"`` (ddof=0)."""
@@ -145,28 +160,48 @@ def reinforce_pp(
     return [(centred_G - mean) / (std_batch + eps) for centred_G in centred_by_group]
 
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
-    "grpo": grpo,
-    "dr_grpo": dr_grpo,
-    "rloo": rloo,
-    "reinforce": reinforce,
-    "reinforce_pp": reinforce_pp,
-}
+def _check_estimator(name: str, fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"advantage estimator {name!r} must be a function (rewards_by_group) -> advantages")
+
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
+    "advantage estimator", key="algorithm.advantage", check=_check_estimator
+)
+"""Every estimator ``algorithm.advantage`` can name (entry-point group ``rllm.advantage_estimators``)."""
+
+_GROUP_RELATIVE = EstimatorCapabilities(group_relative=True)
+ADVANTAGE_ESTIMATORS.register("grpo", grpo, capabilities=_GROUP_RELATIVE)
+ADVANTAGE_ESTIMATORS.register("dr_grpo", dr_grpo, capabilities=_GROUP_RELATIVE)
+ADVANTAGE_ESTIMATORS.register("rloo", rloo, capabilities=_GROUP_RELATIVE)
+ADVANTAGE_ESTIMATORS.register("reinforce", reinforce, capabilities=EstimatorCapabilities())
+ADVANTAGE_ESTIMATORS.register("reinforce_pp", reinforce_pp, capabilities=EstimatorCapabilities())
+
+
+def _takes(name: str, option: str) -> bool:
+    """Whether the estimator registered as ``name`` has keyword ``option``; False for an unknown name."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        return False
+    return option in inspect.signature(ADVANTAGE_ESTIMATORS.get(name)).parameters
 
 
 def takes_std(name: str) -> bool:
     """Whether the estimator registered as ``name`` divides by a standard deviation, i.e. takes ``std``
     (grpo does so only with ``norm_std``); False for a name that is not registered."""
-    fn = ADVANTAGE_ESTIMATORS.get(name)
-    return fn is not None and "std" in inspect.signature(fn).parameters
+    return _takes(name, "std")
+
+
+def takes_norm_std(name: str) -> bool:
+    """Whether the estimator registered as ``name`` takes ``norm_std`` (dividing by the std is optional)."""
+    return _takes(name, "norm_std")
+
+
+def is_group_relative(name: str) -> bool:
+    """Whether the estimator registered as ``name`` declares that it compares attempts within a group."""
+    capabilities = ADVANTAGE_ESTIMATORS.plugin(name).capabilities
+    return bool(getattr(capabilities, "group_relative", False))
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    """Look up an estimator by its config name; the error lists the valid names and the nearest match."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        choices = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        raise ValueError(
-            f"unknown advantage estimator {name!r}{did_you_mean(name, ADVANTAGE_ESTIMATORS)} (choose one of {choices})"
-        ) from None
+    """Look up an estimator by its config name; the error names the key, the nearest match or the choices."""
+    return ADVANTAGE_ESTIMATORS.get(name)

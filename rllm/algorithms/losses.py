@@ -7,16 +7,25 @@ Shapes: ``B`` sequences, ``T`` token positions, ``V`` vocabulary entries. Every 
 ``compute_policy_loss`` returns the per-token loss (already masked); ``aggregate_loss`` reduces it to the
 scalar the optimizer sees, with normalisers for the whole optimizer batch so that summing the aggregated
 losses of its micro-batches gives the loss of the full batch. ``sg(x)`` below means ``x.detach()``.
+
+Policy losses are named in config (``algorithm.loss.name``), so they live in ``POLICY_LOSSES``, a
+:class:`rllm.utils.registry.Registry` (docs/plugins.md). A loss declares the ``LossConfig`` knobs it reads
+(``knobs=("clip_low", "clip_high")``): a knob set away from its default that the chosen loss does not read
+is refused. One defined elsewhere registers with ``POLICY_LOSSES.register(name, fn, knobs=(...))``, or
+through the ``rllm.policy_losses`` entry-point group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import Tensor
+
+from rllm.utils.config import unknown_name
+from rllm.utils.registry import Registry
 
 # exp() of a log-ratio beyond this overflows float32 or carries no useful signal; clamp first (as verl does)
 _MAX_LOG_RATIO = 20.0
@@ -29,12 +38,12 @@ class LossConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["ppo", "is", "gspo", "cispo", "cross_entropy"] = Field(
+    name: str = Field(
         "ppo",
         description="Policy loss: 'ppo' (clipped token ratio), 'is' (unclipped importance sampling), "
         "'gspo' (clipped sequence ratio), 'cispo' (clipped, detached IS weight times logprob), "
         "'cross_entropy' (-logprob times the per-token weight carried in the advantages: SFT, or "
-        "Tinker's cross_entropy with its weights).",
+        "Tinker's cross_entropy with its weights), or one registered in rllm.algorithms.POLICY_LOSSES.",
     )
     clip_low: float = Field(0.2, ge=0.0, description="PPO: the ratio is clipped below at 1 - clip_low.")
     clip_high: float = Field(
@@ -76,6 +85,14 @@ class LossConfig(BaseModel):
         "numerics differing from the trainer's. None disables it.",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        """Refused when the config loads, with a did-you-mean, rather than at the first update."""
+        if name not in POLICY_LOSSES:
+            raise ValueError(unknown_name(POLICY_LOSSES.kind, name, POLICY_LOSSES))
+        return name
+
     @model_validator(mode="after")
     def _check_agg(self) -> LossConfig:
         if self.agg == "seq-mean-token-sum-norm" and self.agg_norm_tokens is None:
@@ -96,11 +113,11 @@ class LossConfig(BaseModel):
         default, is refused rather than silently ignored. A default value passes, so a dumped config (which
         lists every knob) loads back."""
         fields = type(self).model_fields
-        for knob, owner in _LOSS_KNOBS.items():
-            if owner != self.name and getattr(self, knob) != fields[knob].default:
+        for knob, owners in _knob_readers().items():
+            if self.name not in owners and getattr(self, knob) != fields[knob].default:
                 raise ValueError(
-                    f"LossConfig.{knob} is read by the {owner!r} loss only, not {self.name!r}: drop it "
-                    f"(or set name={owner})"
+                    f"LossConfig.{knob} is read by the {' or '.join(map(repr, owners))} loss only, not "
+                    f"{self.name!r}: drop it (or set name={owners[0]})"
                 )
         if self.agg_norm_tokens is not None and self.agg != "seq-mean-token-sum-norm":
             raise ValueError(
@@ -109,15 +126,18 @@ class LossConfig(BaseModel):
             )
 
 
-# Which loss reads each loss-specific knob (the others read none of them).
-_LOSS_KNOBS: dict[str, str] = {
-    "clip_low": "ppo",
-    "clip_high": "ppo",
-    "gspo_clip_low": "gspo",
-    "gspo_clip_high": "gspo",
-    "cispo_clip_high": "cispo",
-    "cispo_clip_low": "cispo",
-}
+def _knob_readers() -> dict[str, list[str]]:
+    """Each loss-specific knob, with the registered losses that declare they read it."""
+    readers: dict[str, list[str]] = {}
+    for plugin in POLICY_LOSSES.plugins():
+        knobs: Sequence[str] = plugin.extra.get("knobs", ())
+        for knob in knobs:
+            if knob not in LossConfig.model_fields:
+                raise ValueError(
+                    f"policy loss {plugin.name!r} declares knob {knob!r}, which LossConfig has not"
+                )
+            readers.setdefault(knob, []).append(plugin.name)
+    return readers
 
 
 def masked_mean(values_BT: Tensor, mask_BT: Tensor) -> Tensor:
@@ -216,13 +236,21 @@ def cross_entropy_loss(
     return -advantages_BT * logprobs_BT, ratio_BT, torch.zeros_like(ratio_BT, dtype=torch.bool)
 
 
-POLICY_LOSSES: dict[str, PolicyLossFn] = {
-    "ppo": ppo_loss,
-    "is": is_loss,
-    "gspo": gspo_loss,
-    "cispo": cispo_loss,
-    "cross_entropy": cross_entropy_loss,
-}
+def _check_loss(name: str, fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"policy loss {name!r} must be a function like ppo_loss (a PolicyLossFn)")
+
+
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
+    "policy loss", group="rllm.policy_losses", key="algorithm.loss.name", check=_check_loss
+)
+"""Every loss ``algorithm.loss.name`` can name; ``Plugin.extra["knobs"]``: the ``LossConfig`` knobs it reads."""
+
+POLICY_LOSSES.register("ppo", ppo_loss, knobs=("clip_low", "clip_high"))
+POLICY_LOSSES.register("is", is_loss)
+POLICY_LOSSES.register("gspo", gspo_loss, knobs=("gspo_clip_low", "gspo_clip_high"))
+POLICY_LOSSES.register("cispo", cispo_loss, knobs=("cispo_clip_high", "cispo_clip_low"))
+POLICY_LOSSES.register("cross_entropy", cross_entropy_loss)
 
 
 def kl_penalty(logprobs_BT: Tensor, ref_logprobs_BT: Tensor, estimator: str) -> Tensor:
@@ -278,7 +306,7 @@ def compute_policy_loss(
             "or set tis_cap=None."
         )
     mask_BT = mask.to(logprobs.dtype)
-    policy_loss_BT, ratio_BT, clip_active_BT = POLICY_LOSSES[cfg.name](
+    policy_loss_BT, ratio_BT, clip_active_BT = POLICY_LOSSES.get(cfg.name)(
         logprobs, old_logprobs, advantages, mask_BT, cfg
     )
 

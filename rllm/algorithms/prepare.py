@@ -28,7 +28,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from rllm.algorithms.advantages import StdKind, takes_std
+from rllm.algorithms.advantages import StdKind, takes_norm_std, takes_std
 from rllm.algorithms.transforms import (
     Credit,
     FilterConfig,
@@ -194,13 +194,14 @@ def credit_signal(credit: Credit, gamma: float) -> Callable[[TrajectoryGroup], n
 
 
 def estimator_options(algorithm: AlgorithmSettings) -> dict[str, object]:
-    """The options of ``algorithm`` that the estimator(s) it names take: ``norm_std`` for grpo, ``std``
-    for the estimators that divide by a standard deviation (``compute_advantages`` refuses any other)."""
+    """The options of ``algorithm`` that the estimator(s) it names take (their signatures say): ``norm_std``
+    (grpo), ``std`` for the estimators that divide by a standard deviation (``compute_advantages`` refuses
+    any other)."""
     names = (
         set(algorithm.advantage.values()) if isinstance(algorithm.advantage, dict) else {algorithm.advantage}
     )
     options: dict[str, object] = {}
-    if "grpo" in names:
+    if any(takes_norm_std(name) for name in names):
         options["norm_std"] = algorithm.norm_std
     if any(takes_std(name) for name in names):
         options["std"] = algorithm.std

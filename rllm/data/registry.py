@@ -1,4 +1,5 @@
-"""Datasets by name: the built-in generated ones, and the ones registered on this machine.
+"""Datasets by name: the ones defined in code (rllm's generated ones and plug-ins: ``rllm.data.plugins``),
+and the ones registered on this machine.
 
 Rows are tasks in the common schema of ``rllm.data.schema`` (``task_id``, ``question``, ``ground_truth``,
 ``data_source``, ``metadata``), validated when they are registered.
@@ -19,7 +20,6 @@ Hub benchmarks (gsm8k, MATH-500, ...) are pulled into the registry by ``rllm.dat
 from __future__ import annotations
 
 import fcntl
-import functools
 import json
 import os
 import re
@@ -27,17 +27,13 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Literal
 
-from rllm.data.builtin import held_out_count, make_tasks
 from rllm.data.catalog import CATALOG
-from rllm.data.code_problems import PROBLEMS, code_problem_tasks
-from rllm.data.finance import SYSTEM_PROMPT as FINANCE_SYSTEM_PROMPT
-from rllm.data.finance import finance_examples, finance_tasks, split_questions
+from rllm.data.plugins import BuiltinDataset, builtin_datasets
 from rllm.data.schema import (
     InvalidTaskError,
     Task,
@@ -48,9 +44,7 @@ from rllm.data.schema import (
     validate_task,
     validate_tasks,
 )
-from rllm.envs.registry import envs
 from rllm.models import cache_dir
-from rllm.rewards.countdown import countdown_tasks
 from rllm.rewards.registry import ground_truth_check, reward_names
 from rllm.utils.config import did_you_mean, unknown_name
 
@@ -94,22 +88,6 @@ class DatasetInfo:
     source: str
     created: str | None = None
     path: Path | None = None
-    system_prompt: str | None = None
-    examples: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class BuiltinDataset:
-    """A dataset generated in-process: ``generate(split, n, seed)`` returns ``n`` task rows."""
-
-    name: str
-    reward: str | None
-    description: str
-    generate: Callable[[str, int, int], list[dict[str, Any]]]
-    default_size: dict[str, int] = field(default_factory=lambda: {"train": 1000, "test": 200})
-    fixed: bool = False  # a fixed set of rows (default_size is all of them), not a generator of any size
-    # How the tool agent is told to solve the task (workflow.name=tool_agent): its system prompt, and worked
-    # examples (OpenAI chat messages) placed before each question. None / () = the workflow's defaults.
     system_prompt: str | None = None
     examples: tuple[dict[str, Any], ...] = ()
 
@@ -391,89 +369,3 @@ def _not_found_message(name: str, registered: Iterable[str]) -> str:
         f"unknown dataset {name!r}: built-in ones are {', '.join(sorted(builtin_datasets()))}; "
         "see `rllm dataset list`, or register your own with `rllm dataset register NAME FILE`"
     )
-
-
-# ------------------------------------------------------------------------------------------- built-ins
-
-
-def _arithmetic(name: str) -> Callable[[str, int, int], list[dict[str, Any]]]:
-    def generate(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-        return [{**task, "metadata": {}} for task in make_tasks(name, split, n, seed)]
-
-    return generate
-
-
-def _countdown(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    return [{"metadata": {}, **task} for task in countdown_tasks(split, n, seed=seed)]
-
-
-def _code_problems(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    return code_problem_tasks(split)[:n]
-
-
-_ARITHMETIC = {
-    "larger": "which of two 2-digit numbers is larger",
-    "smaller": "which of two 2-digit numbers is smaller",
-    "add": "the sum of two single digits",
-    "multiply": "products of 2-3 digit numbers, for the calculator tool agent",
-    "count_letter": "how often a letter occurs in a word",
-}
-
-
-def builtin_datasets() -> Mapping[str, BuiltinDataset]:
-    """The datasets rllm generates itself, by name: no download, any size, disjoint train/test splits;
-    with the task family of every registered environment (``rllm.envs.register_env``), which names no
-    reward because its environment scores the episodes. Read-only."""
-    families = {
-        name: BuiltinDataset(name, None, spec.description, spec.tasks, dict(spec.default_size))
-        for name, spec in envs().items()
-    }
-    return MappingProxyType({**families, **_generated_datasets()})
-
-
-@functools.cache
-def _generated_datasets() -> Mapping[str, BuiltinDataset]:
-    """The generators of rllm's own datasets, built once (every lookup reads them)."""
-    table = {
-        name: BuiltinDataset(name, "number", f"{about} (generated)", _arithmetic(name))
-        for name, about in _ARITHMETIC.items()
-    }
-    # add and count_letter hold out fewer questions than the usual 200: all of them are their test split.
-
-    for name, about in _ARITHMETIC.items():
-        held_out = held_out_count(name)
-        if held_out is not None and held_out < table[name].default_size["test"]:
-            table[name] = BuiltinDataset(
-                name,
-                "number",
-                f"{about} (generated; {held_out} held out)",
-                _arithmetic(name),
-                {"train": 1000, "test": held_out},
-            )
-    table["countdown"] = BuiltinDataset(
-        "countdown",
-        "countdown",
-        "reach a target number with + - * / over given numbers (generated)",
-        _countdown,
-    )
-
-    sizes = {s: sum(p.split == s for p in PROBLEMS) for s in ("train", "test")}
-    table["code_problems"] = BuiltinDataset(
-        "code_problems",
-        "code",
-        "small Python problems with unit tests, written for rllm",
-        _code_problems,
-        sizes,
-        fixed=True,
-    )
-    table["finance"] = BuiltinDataset(
-        "finance",
-        "finance_number",
-        "FinQA-style questions over fictional companies' financial tables, for the table_lookup and "
-        "calculator tools (generated; held out: other companies)",
-        finance_tasks,
-        {"train": 1000, "test": len(split_questions("test"))},
-        system_prompt=FINANCE_SYSTEM_PROMPT,
-        examples=tuple(finance_examples()),
-    )
-    return MappingProxyType(table)

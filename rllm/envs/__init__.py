@@ -4,6 +4,7 @@
 from rllm.envs.base import Env, EnvStep
 from rllm.envs.frozenlake import FrozenLakeAgent, FrozenLakeEnv, frozenlake_tasks, generate_map
 from rllm.envs.registry import (
+    ENVS,
     EnvOptions,
     EnvSpec,
     UnknownEnvError,
@@ -16,6 +17,7 @@ from rllm.envs.registry import (
 from rllm.envs.sokoban import SokobanAgent, SokobanEnv, sokoban_tasks
 
 __all__ = [
+    "ENVS",
     "Env",
     "EnvOptions",
     "EnvSpec",

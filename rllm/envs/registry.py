@@ -19,16 +19,15 @@ The environment scores itself: its step rewards are the episode's return, and no
     )
 
 Built-in environments register themselves at the bottom of their own module (imported by
-``rllm.envs``); an installed package can name a module that does so in the ``rllm.envs`` entry-point
-group, loaded the first time a name is looked up.
+``rllm.envs``). The entries live in ``ENVS``, a :class:`rllm.utils.registry.Registry` (docs/plugins.md):
+an installed package can name a module that registers, or a ``register*`` function, in the ``rllm.envs``
+entry-point group, loaded the first time a name is looked up.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any
 
@@ -36,9 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rllm.agents.base import Agent
 from rllm.envs.base import Env
-from rllm.utils.config import unknown_name
+from rllm.utils.registry import Registry, UnknownPluginError
 
 __all__ = [
+    "ENVS",
     "EnvOptions",
     "EnvSpec",
     "UnknownEnvError",
@@ -48,8 +48,6 @@ __all__ = [
     "register_env",
     "unregister_env",
 ]
-
-ENTRY_POINT_GROUP = "rllm.envs"
 
 
 class EnvOptions(BaseModel):
@@ -100,14 +98,20 @@ class EnvSpec:
             ) from None
 
 
-class UnknownEnvError(KeyError):
+class UnknownEnvError(UnknownPluginError):
     """No environment of that name; the message lists the known ones, with a did-you-mean."""
 
-    def __str__(self) -> str:  # KeyError would show the message quoted
-        return str(self.args[0]) if self.args else ""
+
+def _check_spec(name: str, target: object) -> None:
+    if not isinstance(target, EnvSpec):
+        raise TypeError(
+            f"environment {name!r}: register it with rllm.envs.register_env (an entry point in rllm.envs "
+            f"names a module that does so, or a register* function), not {type(target).__name__}"
+        )
 
 
-_ENVS: dict[str, EnvSpec] = {}
+ENVS: Registry[EnvSpec] = Registry("environment", group="rllm.envs", check=_check_spec)
+"""Every registered environment, by name (entries are :class:`EnvSpec`; ``register_env`` adds one)."""
 
 
 def register_env(
@@ -127,10 +131,6 @@ def register_env(
     ``env`` may be an ``Env`` subclass (built with ``Env.from_task(task)``). ``eval_options`` overrides
     option defaults when ``rllm eval`` plays it. Registering a taken name is refused unless ``replace``.
     """
-    if not name or not name.replace("_", "").replace("-", "").isalnum():
-        raise ValueError(f"environment name {name!r}: use letters, digits, '_' and '-'")
-    if name in _ENVS and not replace:
-        raise ValueError(f"environment {name!r} is already registered: pass replace=True to replace it")
     if not (isinstance(options, type) and issubclass(options, EnvOptions)):
         raise TypeError(f"environment {name!r}: options must subclass rllm.envs.EnvOptions")
     make_env = env
@@ -151,41 +151,31 @@ def register_env(
         eval_options=MappingProxyType(dict(eval_options or {})),
     )
     spec.make_options(**spec.eval_options)  # refuse bad eval options now, not at the first `rllm eval`
-    _ENVS[name] = spec
+    ENVS.register(name, spec, options=options, description=description, replace=replace)
     return spec
 
 
 def unregister_env(name: str) -> None:
     """Forget environment ``name`` (a test's toy environment, say); unknown names are ignored."""
-    _ENVS.pop(name, None)
-
-
-@functools.cache
-def _load_entry_points() -> None:
-    """Import the modules installed packages name in the ``rllm.envs`` group (they register on import)."""
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        loaded = point.load()
-        if callable(loaded) and not isinstance(loaded, type):
-            loaded()  # a function that registers, rather than a module that does so on import
+    ENVS.unregister(name)
 
 
 def envs() -> Mapping[str, EnvSpec]:
-    """Every registered environment, by name (read-only view)."""
-    _load_entry_points()
-    return MappingProxyType(_ENVS)
+    """Every registered environment, by name (a read-only snapshot)."""
+    return MappingProxyType({plugin.name: plugin.target for plugin in ENVS.plugins()})
 
 
 def env_names() -> list[str]:
-    return sorted(envs())
+    return sorted(ENVS)
 
 
 def is_env(name: str | None) -> bool:
-    return name is not None and name in envs()
+    return name is not None and name in ENVS
 
 
 def get_env(name: str) -> EnvSpec:
     """The entry of environment ``name``; ``UnknownEnvError`` with did-you-mean otherwise."""
-    table = envs()
-    if name in table:
-        return table[name]
-    raise UnknownEnvError(unknown_name("environment", name, table))
+    try:
+        return ENVS.get(name)
+    except UnknownPluginError as exc:
+        raise UnknownEnvError(*exc.args) from None

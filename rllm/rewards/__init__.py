@@ -1,6 +1,6 @@
 """Rewards: functions ``reward_fn(task, response) -> Outcome`` that score one model response to one task
 (math, code in the sandbox, QA, countdown, an LLM judge), and the registry by which datasets and configs
-name them (``get_reward("math")``, ``register_reward`` for your own).
+name them (``get_reward("math")``, ``register_reward`` for your own; ``REWARDS``, docs/plugins.md).
 
 Names resolve on first use: the math grader imports sympy, the code grader the sandbox.
 """
@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 from rllm._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
+    "REWARDS": "rllm.rewards.registry",
     "RewardFn": "rllm.rewards.types",
     "GroundTruthCheck": "rllm.rewards.registry",
     "get_reward": "rllm.rewards.registry",
     "ground_truth_check": "rllm.rewards.registry",
     "register_reward": "rllm.rewards.registry",
     "reward_names": "rllm.rewards.registry",
+    "unregister_reward": "rllm.rewards.registry",
     "number_reward": "rllm.rewards.basic",
     "make_math_reward": "rllm.rewards.math",
     "math_reward": "rllm.rewards.math",
@@ -37,6 +39,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "REWARDS",
     "AsyncRewardFn",
     "GroundTruthCheck",
     "RewardFn",
@@ -59,6 +62,7 @@ __all__ = [
     "reward_names",
     "strip_thinking",
     "tool_call_reward",
+    "unregister_reward",
 ]
 
 if TYPE_CHECKING:
@@ -70,11 +74,13 @@ if TYPE_CHECKING:
     from rllm.rewards.math import make_math_reward, math_reward
     from rllm.rewards.qa import exact_match_reward, make_f1_reward, multiple_choice_reward
     from rllm.rewards.registry import (
+        REWARDS,
         GroundTruthCheck,
         get_reward,
         ground_truth_check,
         register_reward,
         reward_names,
+        unregister_reward,
     )
     from rllm.rewards.text import strip_thinking
     from rllm.rewards.tool_call import tool_call_reward

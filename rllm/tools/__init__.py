@@ -3,7 +3,7 @@
 - ``rllm.tools.tool``: ``Tool`` / ``@tool`` (schema from type hints and docstring), ``ToolRegistry``
   (runs a model's calls; every failure becomes a ``ToolResult`` the model reads), ``tool_metrics``.
 - ``rllm.tools.builtin``: ``calculator``, ``make_python_tool`` (sandboxed), ``make_search_tool`` (BM25).
-- ``rllm.tools.named``: tools by name for ``workflow.tools`` (``register_tool``, ``tool_names``).
+- ``rllm.tools.named``: tools by name for ``workflow.tools`` (``TOOLS``, ``register_tool``, ``tool_names``).
 - ``rllm.tool_calls`` (re-exported here): the Hermes/Qwen ``<tool_call>`` format and the ``get_tool_parser``
   registry; a module of its own below every layer, since the chat renderer and the gateway use it too.
 - ``rllm.tools.mcp``: ``MCPToolSource``, the tools of an MCP server (needs ``pip install 'rllm[mcp]'``;
@@ -25,7 +25,15 @@ from rllm.tool_calls import (
     tool_calls_from_openai,
 )
 from rllm.tools.builtin import CalculatorError, calculator, make_python_tool, make_search_tool
-from rllm.tools.named import ToolFactory, make_named_tool, register_tool, tool_names, unregister_tool
+from rllm.tools.named import (
+    TOOLS,
+    ToolCapabilities,
+    ToolFactory,
+    make_named_tool,
+    register_tool,
+    tool_names,
+    unregister_tool,
+)
 from rllm.tools.tool import (
     TOOL_ERRORS,
     Tool,
@@ -38,6 +46,7 @@ from rllm.tools.tool import (
 )
 
 __all__ = [
+    "TOOLS",
     "TOOL_ERRORS",
     "TOOL_PARSERS",
     "CalculatorError",
@@ -47,6 +56,7 @@ __all__ = [
     "Tool",
     "ToolArgumentsError",
     "ToolCall",
+    "ToolCapabilities",
     "ToolError",
     "ToolFactory",
     "ToolParser",

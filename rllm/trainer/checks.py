@@ -15,16 +15,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rllm.algorithms.advantages import takes_std
+from rllm.algorithms.advantages import is_group_relative, takes_norm_std, takes_std
+from rllm.algorithms.losses import POLICY_LOSSES
 from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
 from rllm.envs.registry import is_env
 from rllm.rewards.registry import get_reward, reward_names
 from rllm.sandbox import SandboxUnavailable, protections
+from rllm.tools.named import tool_runs_code
 from rllm.trainer.backends import BACKENDS
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.engines import ENGINES, engine_capabilities
 from rllm.utils.config import did_you_mean
+from rllm.utils.metrics import SINKS
 
 
 def check_config(cfg: TrainConfig, capabilities: Any) -> None:
@@ -65,9 +68,10 @@ def _check_async(cfg: TrainConfig) -> None:
 def _check_capabilities(cfg: TrainConfig, capabilities: Any) -> None:
     """What the backend declares it can do: the loss, LoRA or full fine-tuning, a KL to a reference."""
     loss = cfg.algorithm.loss
-    if loss.name not in capabilities.losses:
+    losses = POLICY_LOSSES.names() if capabilities.losses is None else sorted(capabilities.losses)
+    if loss.name not in losses:
         raise UnsupportedConfigError(
-            f"backend '{capabilities.name}' has no loss {loss.name!r}: choose one of {sorted(capabilities.losses)}"
+            f"backend '{capabilities.name}' has no loss {loss.name!r}: choose one of {losses}"
         )
     if cfg.lora.enabled and not capabilities.lora:
         raise UnsupportedConfigError(
@@ -116,10 +120,11 @@ def _check_old_logprobs(cfg: TrainConfig, capabilities: Any) -> None:
 
 
 def _check_estimators(cfg: TrainConfig) -> None:
-    """Group-relative estimators need groups; algorithm.std needs an estimator that divides by one."""
+    """Group-relative estimators (they declare so) need groups; algorithm.std needs an estimator that
+    divides by one (one that takes ``norm_std`` does so only with it)."""
     adv = cfg.algorithm.advantage
     estimators = set(adv.values() if isinstance(adv, dict) else [adv])
-    group_relative = sorted(estimators & {"grpo", "dr_grpo", "rloo"})
+    group_relative = sorted(name for name in estimators if is_group_relative(name))
     if cfg.rollout.group_size < 2 and group_relative:
         raise UnsupportedConfigError(
             f"{'/'.join(group_relative)} compares episodes within a group: set rollout.group_size >= 2"
@@ -130,7 +135,7 @@ def _check_estimators(cfg: TrainConfig) -> None:
             "set rollout.group_size >= 2 or algorithm.filters.refill_rounds=0"
         )
     divides_by_std = any(
-        takes_std(name) and (name != "grpo" or cfg.algorithm.norm_std) for name in estimators
+        takes_std(name) and (not takes_norm_std(name) or cfg.algorithm.norm_std) for name in estimators
     )
     if cfg.algorithm.std != type(cfg.algorithm).model_fields["std"].default and not divides_by_std:
         raise UnsupportedConfigError(
@@ -174,10 +179,12 @@ def _check_store_and_loggers(cfg: TrainConfig) -> None:
             f"trainer.store={t.store!r} is a directory: name the database file in it, "
             f"e.g. {Path(t.store) / 'rllm.db'}"
         )
-    for sink, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
-        if sink in cfg.trainer.loggers and importlib.util.find_spec(module) is None:
+    for sink in t.loggers:  # a sink that needs a package declares it (SinkRequirements)
+        needs = SINKS.plugin(sink).capabilities
+        module = getattr(needs, "module", None)
+        if module and importlib.util.find_spec(module) is None:
             raise UnsupportedConfigError(
-                f"trainer.loggers names {sink} but it is not installed: pip install 'rllm[{sink}]' "
+                f"trainer.loggers names {sink} but it is not installed: {needs.install} "
                 f"(or drop it from trainer.loggers)"
             )
 
@@ -286,11 +293,12 @@ def _check_file_reward(cfg: TrainConfig) -> None:
 
 def _check_sandbox(cfg: TrainConfig, reward: str | None) -> None:
     """What runs model-written code (the code reward, the python tool) has real isolation here, or was told
-    to do without knowingly: refused now, before the model loads, not at the first episode."""
+    to do without knowingly: refused now, before the model loads, not at the first episode. A named tool
+    that runs code declares so (``ToolCapabilities.runs_code``)."""
     try:
         if reward is not None:
             get_reward(reward)  # building the code reward checks its sandbox
-        if cfg.workflow.name == "tool_agent" and "python" in getattr(cfg.workflow, "tools", ()):
+        if any(tool_runs_code(name) for name in getattr(cfg.workflow, "tools", ())):
             protections()
     except SandboxUnavailable as exc:
         raise UnsupportedConfigError(str(exc)) from None

@@ -7,6 +7,7 @@ combinations a backend cannot honour are refused at start-up (see ``AgentTrainer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
@@ -25,11 +26,13 @@ from pydantic_core import PydanticCustomError
 from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, StdKind
 from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit, FilterConfig
-from rllm.envs.registry import EnvOptions, envs
+from rllm.envs.registry import ENVS
 from rllm.tools.named import tool_names
 from rllm.trainer.backends import BACKENDS
 from rllm.trainer.engines import ENGINES
 from rllm.utils.config import did_you_mean, unknown_name
+from rllm.utils.metrics import SINKS
+from rllm.utils.registry import Registry
 
 
 class _Section(BaseModel):
@@ -334,8 +337,8 @@ class ShapingConfig(_Section):
 class AlgorithmConfig(_Section):
     advantage: str | dict[str, str] = Field(
         "grpo",
-        description="Advantage estimator (grpo, dr_grpo, rloo, reinforce, reinforce_pp), or a mapping "
-        "role -> estimator with 'default' as fallback.",
+        description="Advantage estimator (grpo, dr_grpo, rloo, reinforce, reinforce_pp, or one registered in "
+        "rllm.algorithms.ADVANTAGE_ESTIMATORS), or a mapping role -> estimator with 'default' as fallback.",
     )
     norm_std: bool = Field(True, description="grpo: divide by the group's reward std.")
     std: StdKind = Field(
@@ -381,16 +384,17 @@ class AlgorithmConfig(_Section):
 
 
 class WorkflowConfig(_Section):
-    """The ``workflow`` section. ``name`` picks the workflow, and that workflow's own options model (a
-    subclass of this one: ``workflow_variants()``) validates the rest, so each workflow and environment
-    owns its knobs: ``workflow.history_turns`` on single_turn is an unknown key, not a silent no-op."""
+    """The ``workflow`` section. ``name`` picks the workflow, and that workflow's own options model (its
+    ``options`` in ``WORKFLOWS``, or an environment's, with ``name`` fixed: ``workflow_variants()``)
+    validates the rest, so each workflow and environment owns its knobs: ``workflow.history_turns`` on
+    single_turn is an unknown key, not a silent no-op. Build one with ``workflow_config(name, ...)``."""
 
     name: str = Field(
         "single_turn",
         description="Workflow: single_turn (ask, score), tool_agent (ReAct loop with workflow.tools), "
-        "solver_judge (workflow.n_solvers solvers, a judge picks), flow (your own code: workflow.flow), or a "
-        "registered environment's name (a multi-turn game; needs data.task=<the same name>; docs/agents.md). "
-        "Its options follow.",
+        "solver_judge (workflow.n_solvers solvers, a judge picks), flow (your own code: workflow.flow), one "
+        "registered in rllm.trainer.config.WORKFLOWS, or a registered environment's name (a multi-turn game; "
+        "needs data.task=<the same name>; docs/agents.md). Its options follow.",
     )
 
     @classmethod
@@ -400,11 +404,10 @@ class WorkflowConfig(_Section):
 
 
 class SingleTurnConfig(WorkflowConfig):
-    name: Literal["single_turn"] = "single_turn"
+    """single_turn has no options of its own."""
 
 
 class ToolAgentConfig(WorkflowConfig):
-    name: Literal["tool_agent"] = "tool_agent"
     max_turns: int = Field(4, gt=0, description="most model turns per episode.")
     tools: list[str] = Field(
         default_factory=lambda: ["calculator"],
@@ -426,14 +429,12 @@ class ToolAgentConfig(WorkflowConfig):
 
 
 class SolverJudgeConfig(WorkflowConfig):
-    name: Literal["solver_judge"] = "solver_judge"
     n_solvers: int = Field(2, ge=2, description="solvers per episode.")
 
 
 class FlowConfig(WorkflowConfig):
     """Your own flow, named by import path (``rllm init`` projects use it; docs/init.md)."""
 
-    name: Literal["flow"] = "flow"
     flow: str = Field(
         description="module:attribute (importable from the directory rllm runs in) or path.py:attribute: "
         "an @rllm.rollout agent, a workflow object, or an async function (task, ctx) -> Outcome.",
@@ -457,33 +458,68 @@ class FlowConfig(WorkflowConfig):
         return spec
 
 
-_BUILTIN_WORKFLOWS: dict[str, type[WorkflowConfig]] = {
-    "single_turn": SingleTurnConfig,
-    "tool_agent": ToolAgentConfig,
-    "solver_judge": SolverJudgeConfig,
-    "flow": FlowConfig,
-}
-_ENV_WORKFLOWS: dict[tuple[str, type[EnvOptions]], type[WorkflowConfig]] = {}
+WorkflowBuilder = Callable[..., Any]
+"""``build(cfg: TrainConfig, scoring: dict) -> workflow``: the workflow ``cfg.workflow`` names. ``scoring``
+holds ``reward_fn`` and ``instruction`` (the dataset's reward and its answer format), or nothing when the
+dataset names no reward."""
 
 
-def _env_workflow(name: str, options: type[EnvOptions]) -> type[WorkflowConfig]:
-    """The workflow section of a run that plays environment ``name``: its name plus its options."""
+def _check_builder(name: str, build: object) -> None:
+    if not callable(build):
+        raise TypeError(f"workflow {name!r} needs a builder (cfg, scoring) -> workflow, not {build!r}")
+
+
+WORKFLOWS: Registry[WorkflowBuilder] = Registry(
+    "workflow", group="rllm.workflows", key="workflow.name", check=_check_builder
+)
+"""The workflows ``workflow.name`` can name (environments too, from ``rllm.envs.ENVS``): each a builder,
+with its options model (a pydantic model; its fields are the ``workflow.*`` keys the workflow owns)."""
+
+WORKFLOWS.register(
+    "single_turn",
+    "rllm.trainer.workflows:build_single_turn",
+    options=SingleTurnConfig,
+    description="ask, score",
+)
+WORKFLOWS.register(
+    "tool_agent",
+    "rllm.trainer.workflows:build_tool_agent",
+    options=ToolAgentConfig,
+    description="ReAct loop with workflow.tools",
+)
+WORKFLOWS.register(
+    "solver_judge",
+    "rllm.trainer.workflows:build_solver_judge",
+    options=SolverJudgeConfig,
+    description="workflow.n_solvers solvers, a judge picks",
+)
+WORKFLOWS.register(
+    "flow", "rllm.trainer.project:build_flow", options=FlowConfig, description="your own code: workflow.flow"
+)
+_VARIANTS: dict[tuple[str, type[BaseModel]], type[WorkflowConfig]] = {}
+
+
+def _variant(name: str, options: type[BaseModel] | None) -> type[WorkflowConfig]:
+    """The workflow section of workflow ``name``: its options model, with ``name`` fixed to that name."""
+    options = options or WorkflowConfig
     key = (name, options)
-    if key not in _ENV_WORKFLOWS:
-        _ENV_WORKFLOWS[key] = create_model(  # type: ignore[call-overload]
-            f"{options.__name__}Workflow",
-            __base__=(options, WorkflowConfig),
+    if key not in _VARIANTS:
+        bases = (options,) if issubclass(options, WorkflowConfig) else (options, WorkflowConfig)
+        _VARIANTS[key] = create_model(  # type: ignore[call-overload]
+            options.__name__ if issubclass(options, WorkflowConfig) else f"{options.__name__}Workflow",
+            __base__=bases,
+            __module__=options.__module__,
             name=(Literal[name], name),  # type: ignore[valid-type]
         )
-    return _ENV_WORKFLOWS[key]
+    return _VARIANTS[key]
 
 
 def workflow_variants() -> dict[str, type[WorkflowConfig]]:
-    """Every workflow name ``workflow.name`` accepts, with its options model: the built-in workflows,
+    """Every workflow name ``workflow.name`` accepts, with its options model: the registered workflows,
     then one per registered environment (``rllm.envs.register_env``)."""
-    table = dict(_BUILTIN_WORKFLOWS)
-    for name, spec in envs().items():
-        table.setdefault(name, _env_workflow(name, spec.options))
+    table = {plugin.name: _variant(plugin.name, plugin.options) for plugin in WORKFLOWS.plugins()}
+    for plugin in ENVS.plugins():
+        table.setdefault(plugin.name, _variant(plugin.name, plugin.options))
     return table
 
 
@@ -494,10 +530,10 @@ def workflow_config(name: str = "single_turn", **options: Any) -> WorkflowConfig
 
 def _unknown_workflow(name: Any) -> ValidationError:
     known = workflow_variants()
-    environments = [n for n in known if n not in _BUILTIN_WORKFLOWS]
+    environments = [n for n in known if n not in WORKFLOWS]
     message = f"unknown workflow {name!r}" + (
         did_you_mean(name, known, n=3)
-        or f": choose one of {', '.join(_BUILTIN_WORKFLOWS)}, or an environment "
+        or f": choose one of {', '.join(WORKFLOWS)}, or an environment "
         f"({', '.join(environments) or 'none registered'})"
     )
     error = PydanticCustomError("unknown_name", "{message}", {"message": message})
@@ -557,9 +593,10 @@ class TrainerConfig(_Section):
         0, ge=0, description="Save a checkpoint every k steps (0 = only at the end)."
     )
     keep_checkpoints: int = Field(2, gt=0, description="How many step checkpoints to keep.")
-    loggers: list[Literal["console", "jsonl", "tensorboard", "wandb"]] = Field(
+    loggers: list[str] = Field(
         default_factory=lambda: ["console", "jsonl"],
-        description="Metric sinks: console, jsonl, tensorboard (needs rllm[tensorboard]), wandb (needs rllm[wandb]).",
+        description="Metric sinks: console, jsonl, tensorboard (needs rllm[tensorboard]), wandb (needs "
+        "rllm[wandb]), or one registered in rllm.utils.metrics.SINKS.",
     )
     plot: bool = Field(
         True, description="Write metrics.png (reward/accuracy curves) at the end, if matplotlib is installed."
@@ -581,6 +618,15 @@ class TrainerConfig(_Section):
         "timed-out or truncated episode is recorded in addition.",
     )
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
+
+    @field_validator("loggers")
+    @classmethod
+    def _known_loggers(cls, loggers: list[str]) -> list[str]:
+        """Refused when the config loads; whether a sink's package is installed, at start-up."""
+        for name in loggers:
+            if name not in SINKS:
+                raise ValueError(unknown_name(SINKS.kind, name, SINKS))
+        return loggers
 
 
 def _validate_plugin_section(
@@ -620,7 +666,9 @@ class TrainConfig(_Section):
     inference: SerializeAsAny[InferenceConfig] = Field(default_factory=InferenceConfig, validate_default=True)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    workflow: SerializeAsAny[WorkflowConfig] = Field(default_factory=SingleTurnConfig)
+    workflow: SerializeAsAny[WorkflowConfig] = Field(
+        default_factory=lambda: workflow_variants()["single_turn"]()
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

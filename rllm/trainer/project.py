@@ -68,6 +68,13 @@ def load_flow(cfg: TrainConfig) -> tuple[Any, Any | None]:
     return flow, evaluator
 
 
+def build_flow(cfg: TrainConfig, scoring: dict[str, Any]) -> Any:
+    """The builder of ``workflow.name=flow`` in ``WORKFLOWS``: the flow, which scores itself (``scoring`` is
+    unused). ``AgentTrainer`` calls :func:`load_flow` itself, for the evaluator that goes with the flow."""
+    flow, _evaluator = load_flow(cfg)
+    return flow
+
+
 def config_tasks(cfg: TrainConfig, split: str) -> list[dict[str, Any]]:
     """The tasks of ``split`` ("train" or "test"): ``data.<split>_file`` when set, else ``data.task``'s
     ``data.<split>_split``, at most ``data.<split>_size`` of them. Blocking: reads files."""

@@ -1,5 +1,6 @@
-"""The workflow ``rllm train`` runs, built from the config: a built-in workflow by ``workflow.name``, or
-the multi-turn game against the environment of that name (``rllm.envs.registry``)."""
+"""The workflow ``rllm train`` runs, built from the config: the workflow ``workflow.name`` names in
+``WORKFLOWS`` (the builders of the built-in ones are below), or the multi-turn game against the environment
+of that name (``rllm.envs.registry``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rllm.rewards.instructions import answer_instruction
 from rllm.rewards.registry import get_reward
 from rllm.tools.named import make_named_tool
 from rllm.tools.tool import ToolRegistry
-from rllm.trainer.config import TrainConfig
+from rllm.trainer.config import WORKFLOWS, TrainConfig
 from rllm.workflows.builtin import TOOL_SYSTEM_PROMPT, calculator_examples
 from rllm.workflows.multi_turn import MultiTurnWorkflow
 from rllm.workflows.single_turn import SingleTurnWorkflow
@@ -50,8 +51,7 @@ def _called_tools(messages: list[dict[str, Any]]) -> set[str]:
 def build_workflow(cfg: TrainConfig) -> Any:
     """The workflow ``cfg.workflow`` names, configured from ``cfg``: scored by the dataset's reward, with
     the answer instruction of that reward after each question (``data.instruction``)."""
-    w = cfg.workflow
-    if is_env(w.name):
+    if is_env(cfg.workflow.name):
         return build_env_workflow(cfg)
     reward_name = dataset_reward_name(cfg)
     reward_fn = get_reward(reward_name) if reward_name else None
@@ -59,30 +59,37 @@ def build_workflow(cfg: TrainConfig) -> Any:
         answer_instruction(reward_name) if cfg.data.instruction == "auto" else cfg.data.instruction or None
     )
     scoring: dict[str, Any] = {"reward_fn": reward_fn, "instruction": instruction} if reward_fn else {}
-    if w.name == "single_turn":
-        return SingleTurnWorkflow(system_prompt=cfg.data.system_prompt, **scoring)
-    if w.name == "tool_agent":
-        tools = [make_named_tool(name, timeout_s=w.tool_timeout_s) for name in w.tools]
-        registry = ToolRegistry(tools, default_timeout_s=w.tool_timeout_s)
-        # The dataset's own prompt and worked examples when it has them (finance: table_lookup, then the
-        # calculator), else the calculator's.
-        info = DatasetRegistry().info(cfg.data.task)
-        examples = list(info.examples) or (calculator_examples() if "calculator" in w.tools else [])
-        missing = sorted(_called_tools(examples) - set(w.tools))
-        if missing:
-            raise ValueError(
-                f"the worked examples of data.task={cfg.data.task} call {', '.join(missing)}: add "
-                f"{'it' if len(missing) == 1 else 'them'} to workflow.tools (it has {w.tools})"
-            )
-        return ToolAgentWorkflow(
-            registry,
-            system_prompt=cfg.data.system_prompt or info.system_prompt or TOOL_SYSTEM_PROMPT,
-            examples=examples,
-            max_turns=w.max_turns,
-            **scoring,
+    return WORKFLOWS.get(cfg.workflow.name)(cfg, scoring)
+
+
+def build_single_turn(cfg: TrainConfig, scoring: dict[str, Any]) -> SingleTurnWorkflow:
+    return SingleTurnWorkflow(system_prompt=cfg.data.system_prompt, **scoring)
+
+
+def build_tool_agent(cfg: TrainConfig, scoring: dict[str, Any]) -> ToolAgentWorkflow:
+    """The ReAct loop over the tools ``workflow.tools`` names, with the dataset's own prompt and worked
+    examples when it has them (finance: table_lookup, then the calculator), else the calculator's."""
+    w = cfg.workflow
+    tools = [make_named_tool(name, timeout_s=w.tool_timeout_s) for name in w.tools]
+    registry = ToolRegistry(tools, default_timeout_s=w.tool_timeout_s)
+    info = DatasetRegistry().info(cfg.data.task)
+    examples = list(info.examples) or (calculator_examples() if "calculator" in w.tools else [])
+    missing = sorted(_called_tools(examples) - set(w.tools))
+    if missing:
+        raise ValueError(
+            f"the worked examples of data.task={cfg.data.task} call {', '.join(missing)}: add "
+            f"{'it' if len(missing) == 1 else 'them'} to workflow.tools (it has {w.tools})"
         )
-    if w.name == "solver_judge":
-        return SolverJudgeWorkflow(
-            n_solvers=w.n_solvers, solver_system_prompt=cfg.data.system_prompt, **scoring
-        )
-    raise ValueError(f"unknown workflow {w.name!r}")  # unreachable: the config refuses it first
+    return ToolAgentWorkflow(
+        registry,
+        system_prompt=cfg.data.system_prompt or info.system_prompt or TOOL_SYSTEM_PROMPT,
+        examples=examples,
+        max_turns=w.max_turns,
+        **scoring,
+    )
+
+
+def build_solver_judge(cfg: TrainConfig, scoring: dict[str, Any]) -> SolverJudgeWorkflow:
+    return SolverJudgeWorkflow(
+        n_solvers=cfg.workflow.n_solvers, solver_system_prompt=cfg.data.system_prompt, **scoring
+    )

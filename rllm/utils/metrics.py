@@ -2,9 +2,11 @@
 
 The trainer owns one :class:`MetricsLogger` and calls ``logger.log(step, metrics)`` once per training
 step with flat ``{"name": number}`` dicts (``"reward/mean"``, ``"loss"``); the logger hands the same dict
-to every sink. Sinks are picked by name in config (``metrics.sinks: [console, jsonl]``) and built by
-:func:`build_sinks`. An optional sink whose package is missing fails at start-up with the ``pip`` command
-that fixes it, never silently mid-run.
+to every sink. Sinks are picked by name in config (``trainer.loggers: [console, jsonl]``) and built by
+:func:`build_sinks`. The names live in ``SINKS``, a :class:`rllm.utils.registry.Registry` of sink factories
+(docs/plugins.md; entry-point group ``rllm.loggers``). A sink that needs an optional package declares it
+(:class:`SinkRequirements`), so a run that names it while the package is missing fails at start-up with the
+``pip`` command that fixes it, never silently mid-run.
 
 The JSONL file is the run's source of truth: one line per step, flushed as it is written, read back by
 :func:`read_jsonl_metrics` and drawn by :func:`plot_metrics` at the end of a run.
@@ -16,7 +18,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,15 +27,19 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from rich.console import Console
 from rich.table import Table
 
+from rllm.utils.registry import Registry
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
-    "SINK_NAMES",
+    "SINKS",
     "ConsoleSink",
     "JsonlSink",
     "MetricsLogger",
     "MetricsSink",
+    "SinkContext",
+    "SinkRequirements",
     "TensorBoardSink",
     "WandbSink",
     "build_sinks",
@@ -42,9 +49,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SINK_NAMES = ("console", "jsonl", "tensorboard", "wandb")
-"""The sink names :func:`build_sinks` understands (the values allowed in config)."""
 
 
 @runtime_checkable
@@ -261,6 +265,73 @@ class MetricsLogger:
         self.close()
 
 
+# ----------------------------------------------------------------------------------------- by name
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """The run a sink factory builds its sink for: where it writes, what it is called, its config."""
+
+    run_dir: Path
+    run_name: str
+    config: dict[str, Any]
+    console_keys: list[str] | dict[str, str] | None = None  # the console's columns (None: every metric)
+    wandb_project: str = "rllm"
+    wandb_mode: str = "offline"
+
+
+@dataclass(frozen=True)
+class SinkRequirements:
+    """What a sink needs installed: the module it imports, and the command that installs it. A run that
+    names the sink without it is refused at start-up (``rllm.trainer.checks``)."""
+
+    module: str
+    install: str
+
+
+SinkFactory = Callable[[SinkContext], MetricsSink]
+"""Builds one named sink for a run."""
+
+
+def _check_factory(name: str, factory: object) -> None:
+    if not callable(factory):
+        raise TypeError(f"metrics sink {name!r} must be a factory (SinkContext) -> sink, not {factory!r}")
+
+
+SINKS: Registry[SinkFactory] = Registry(
+    "metrics sink", group="rllm.loggers", key="trainer.loggers", check=_check_factory
+)
+"""Every sink ``trainer.loggers`` can name; the capabilities of one that needs a package are its
+:class:`SinkRequirements`."""
+
+
+def _console(run: SinkContext) -> MetricsSink:
+    keys = run.console_keys
+    if isinstance(keys, dict):  # metric key -> short column label
+        return ConsoleSink(list(keys), labels=keys)
+    return ConsoleSink(keys)
+
+
+SINKS.register("console", _console, description="one table row per step")
+SINKS.register(
+    "jsonl", lambda run: JsonlSink(run.run_dir / "metrics.jsonl"), description="run_dir/metrics.jsonl"
+)
+SINKS.register(
+    "tensorboard",
+    lambda run: TensorBoardSink(run.run_dir / "tensorboard"),
+    capabilities=SinkRequirements("tensorboard", "pip install 'rllm[tensorboard]'"),
+    description="run_dir/tensorboard/",
+)
+SINKS.register(
+    "wandb",
+    lambda run: WandbSink(
+        run.wandb_project, run.run_name, run.config, mode=run.wandb_mode, save_dir=run.run_dir
+    ),
+    capabilities=SinkRequirements("wandb", "pip install 'rllm[wandb]'"),
+    description="Weights & Biases (offline unless told otherwise)",
+)
+
+
 def build_sinks(
     names: list[str],
     run_dir: Path,
@@ -271,7 +342,7 @@ def build_sinks(
     wandb_project: str = "rllm",
     wandb_mode: str = "offline",
 ) -> list[MetricsSink]:
-    """The sinks named in config, writing under ``run_dir``.
+    """The sinks named in config (``SINKS``), writing under ``run_dir``.
 
     ``"jsonl"`` writes ``run_dir/metrics.jsonl``, ``"tensorboard"`` writes ``run_dir/tensorboard/``,
     ``"wandb"`` logs run ``run_name`` with ``config`` (stored under ``run_dir``), ``"console"`` prints
@@ -279,28 +350,16 @@ def build_sinks(
     optional package raises ImportError with the pip command, and closes the sinks already opened.
 
     Raises:
-        ValueError: an unknown sink name.
+        ValueError: an unknown sink name (``UnknownPluginError``, with a did-you-mean).
         ImportError: ``tensorboard`` or ``wandb`` is named but its package is not installed.
     """
     wanted = list(dict.fromkeys(n.strip().lower() for n in names))  # dedupe, keep order
-    unknown = [n for n in wanted if n not in SINK_NAMES]
-    if unknown:
-        raise ValueError(f"unknown metrics sink(s) {unknown}; valid choices are {list(SINK_NAMES)}")
-    run_dir = Path(run_dir)
+    factories = [SINKS.get(name) for name in wanted]  # every name checked before anything is created
+    run = SinkContext(Path(run_dir), run_name, config, console_keys, wandb_project, wandb_mode)
     sinks: list[MetricsSink] = []
     try:
-        for name in wanted:
-            if name == "console":
-                if isinstance(console_keys, dict):  # metric key -> short column label
-                    sinks.append(ConsoleSink(list(console_keys), labels=console_keys))
-                else:
-                    sinks.append(ConsoleSink(console_keys))
-            elif name == "jsonl":
-                sinks.append(JsonlSink(run_dir / "metrics.jsonl"))
-            elif name == "tensorboard":
-                sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-            else:
-                sinks.append(WandbSink(wandb_project, run_name, config, mode=wandb_mode, save_dir=run_dir))
+        for factory in factories:
+            sinks.append(factory(run))
     except BaseException:
         for sink in sinks:
             sink.close()

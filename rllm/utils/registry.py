@@ -253,5 +253,10 @@ class Registry(Generic[T]):
 
 
 def _first_line(target: Any) -> str:
-    doc = getattr(target, "__doc__", None) if not isinstance(target, str) else None
+    """The first line of the target's own docstring (a function's or a class's; an instance's class
+    docstring describes the type, not this plug-in, so it gives none)."""
+    own = (
+        isinstance(target, type) or callable(getattr(target, "__code__", None)) or hasattr(target, "__func__")
+    )
+    doc = target.__doc__ if own and not isinstance(target, str) else None
     return doc.strip().splitlines()[0] if doc and doc.strip() else ""

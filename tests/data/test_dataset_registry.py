@@ -442,5 +442,4 @@ def test_a_registered_reward_brings_its_own_check(registry: DatasetRegistry) -> 
             )
         registry.register("ints", [{"task_id": "a", "question": "q", "ground_truth": 1}], reward="int_match")
     finally:
-        rewards._USER.pop("int_match", None)
-        rewards._USER_CHECKS.pop("int_match", None)
+        rewards.unregister_reward("int_match")

@@ -83,10 +83,9 @@ def installed_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plugged-env\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[rllm.envs]\nplugged = plugged_env\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    env_registry._load_entry_points.cache_clear()
+    monkeypatch.setattr(env_registry.ENVS, "_entry_points_loaded", False)  # look again, with it installed
     yield tmp_path
     unregister_env("plugged")
-    env_registry._load_entry_points.cache_clear()
 
 
 def test_an_installed_package_registers_through_the_entry_point_group(installed_plugin: Path) -> None:

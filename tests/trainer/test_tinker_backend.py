@@ -22,7 +22,7 @@ from rllm.utils.config import load_config
 
 pytest.importorskip("tinker", reason="the tinker extra (in rllm[test]) is not installed")
 
-from rllm.serve.tinker.server import ServeConfig, ServerThread, build_service  # noqa: E402
+from rllm.serve.tinker.server import ServeConfig, ServerThread, build_service
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,10 @@ def test_a_checkpoint_in_the_service_resumes(vocab_model: Path, service_url: str
         (["backend.micro_batch_size=4"], "backend.name=tinker does not read backend.micro_batch_size"),
         (["inference.dtype=float32"], "inference.dtype apply to the local engine"),
         (["rollout.top_p=0.9"], "with inference.engine=tinker: its logprobs after top-p/top-k"),
-        (["inference.engine=local"], "hands weights over as service, and inference.engine=local takes tensors"),
+        (
+            ["inference.engine=local"],
+            "hands weights over as service, and inference.engine=local takes tensors",
+        ),
     ],
 )
 def test_what_tinker_cannot_do_is_refused_at_start_up(

@@ -40,7 +40,9 @@ class BackendCapabilities(BaseModel):
     name: str
     full_finetune: bool
     lora: bool
-    losses: frozenset[str]
+    # The policy losses it can run; None: every loss registered in POLICY_LOSSES (it computes them with
+    # compute_policy_loss, so a registered plug-in loss runs too).
+    losses: frozenset[str] | None
     kl_to_reference: bool
     recompute_old_logprobs: bool
     bf16_autocast: bool
