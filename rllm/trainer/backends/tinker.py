@@ -157,8 +157,10 @@ class TinkerBackend(TrainingBackend):
         self.step = 0
         self.base_model = self.opts.base_model or model_path
         self.service = _service_client(self.opts)
-        self.client = self.service.create_lora_training_client(
-            base_model=self.base_model, rank=cfg.lora.rank, seed=cfg.trainer.seed
+        self.client = self._wait(
+            self.service.create_lora_training_client(
+                base_model=self.base_model, rank=cfg.lora.rank, seed=cfg.trainer.seed
+            )
         )
         self._types = tinker.types
         self._last_sampler_path: str | None = None
@@ -325,7 +327,7 @@ class TinkerBackend(TrainingBackend):
         try:
             path = self._wait(self.client.save_weights_for_sampler(name)).path
             self._last_sampler_path = path
-            return self.service.create_sampling_client(model_path=path)
+            return self._wait(self.service.create_sampling_client(model_path=path))
         except Exception as exc:  # the SDK's errors: the trainer stops rather than sample stale weights
             raise WeightSyncError(f"tinker: saving weights for sampling failed: {exc}") from exc
 
@@ -345,7 +347,9 @@ class TinkerBackend(TrainingBackend):
             raise UnsupportedConfigError(
                 f"checkpoint {path} trained {record['base_model']}, not {self.base_model}: resume the same model"
             )
-        self._wait(self.client.load_state_with_optimizer(record["state_path"]))
+        self.client = self._wait(
+            self.service.create_training_client_from_state_with_optimizer(record["state_path"])
+        )
         self.step = int(record["step"])
 
     def export_model(self, path: Path) -> None:
@@ -396,7 +400,7 @@ class TinkerEngine(EngineBase):
         self.service = service
         self.base_model = base_model
         self.timeout_s = timeout_s
-        self.client = service.create_sampling_client(base_model=base_model)
+        self.client = service.create_sampling_client(base_model=base_model).result(timeout=timeout_s)
         self.tokenizer = (
             _load_tokenizer(tokenizer, base_model) if tokenizer or _is_local(base_model) else None
         )
@@ -439,7 +443,7 @@ class TinkerEngine(EngineBase):
             seed=params.seed,
         )
         response = await asyncio.wait_for(
-            client.sample_async(
+            client.sample(
                 prompt=t.ModelInput.from_ints(list(prompt_ids)),
                 num_samples=params.n,
                 sampling_params=sampling,
