@@ -354,7 +354,7 @@ class TinkerBackend(TrainingBackend):
 
     def export_model(self, path: Path) -> None:
         """The final weights stay in the service: write ``tinker.json`` with their sampler path (what
-        ``create_sampling_client(model_path=...)`` and ``rllm eval`` behind the service take)."""
+        ``create_sampling_client(model_path=...)`` takes)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         sampler = self._wait(self.client.save_weights_for_sampler(f"final_{self.step:06d}")).path
