@@ -69,8 +69,10 @@ class Plugin(Generic[T]):
 
     @property
     def target(self) -> T:
-        self.target_spec = load_target(self.target_spec)
-        return self.target_spec  # type: ignore[no-any-return]
+        """The plug-in, looked up anew each time from ``"module:attribute"`` (cheap once imported): a module
+        that builds it on attribute access (``rllm.rewards.code.code_reward`` checks its sandbox then) is
+        asked every time, as a plain import would."""
+        return load_target(self.target_spec)  # type: ignore[no-any-return]
 
     @property
     def options(self) -> Any:
@@ -87,10 +89,6 @@ class Plugin(Generic[T]):
         self.capabilities_spec = load_target(self.capabilities_spec)
         return self.capabilities_spec
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the target is imported already (``"module:attribute"`` not yet resolved is not)."""
-        return not isinstance(self.target_spec, str)
 
 
 class Registry(Generic[T]):
