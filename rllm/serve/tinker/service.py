@@ -365,8 +365,10 @@ class TinkerService:
     def create_sampling_session(self, req: Any) -> str:
         self.session(req.session_id)
         if req.model_path is not None:
-            if not self.samplers.has(req.model_path):
-                self.samplers.engine(req.model_path)  # raises the evicted / unknown message
+            try:
+                self.samplers.engine(req.model_path)
+            except RequestError as exc:  # evicted or never saved: say so now, not at the first sample
+                raise ServeError(400, str(exc)) from None
         elif req.base_model is None or not self.served.accepts(req.base_model):
             raise ServeError(
                 400,
