@@ -121,6 +121,30 @@ def test_importance_sampling_loss_and_gradient_equal_rllm_summed(
         assert float((served_grads[name] - grad).abs().max()) <= 1e-4 * float(grad.abs().max()) + 1e-12, name
 
 
+def test_forward_backward_custom_runs_its_loss_client_side(service_client, base_model) -> None:
+    """The SDK's custom loss: a forward, then a cross_entropy backward with weights -dLoss/dlogprobs; a
+    loss of -2 * sum(logprobs) gives the gradient of cross_entropy with weights 2."""
+    custom_client = service_client.create_lora_training_client(base_model=base_model, rank=4, seed=9).result()
+    twice_client = service_client.create_lora_training_client(base_model=base_model, rank=4, seed=9).result()
+
+    def doubled_nll(data, logprobs_list):
+        loss = sum(-2.0 * lp.sum() for lp in logprobs_list)
+        return loss, {"doubled:sum": float(loss.detach())}
+
+    out = custom_client.forward_backward_custom([ce_datum(TOKENS)], doubled_nll).result()
+    twice = twice_client.forward_backward(
+        [ce_datum(TOKENS, [2.0] * (len(TOKENS) - 1))], "cross_entropy"
+    ).result()
+    assert out.metrics["loss:sum"] == pytest.approx(twice.metrics["loss:sum"], rel=1e-5)
+    for client in (custom_client, twice_client):
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after = [
+        logprobs_of(c.forward([ce_datum(TOKENS)], "cross_entropy").result())
+        for c in (custom_client, twice_client)
+    ]
+    torch.testing.assert_close(torch.tensor(after[0]), torch.tensor(after[1]), rtol=0, atol=1e-5)
+
+
 def test_sampled_logprobs_match_the_trainers(service_client, base_model) -> None:
     training_client = service_client.create_lora_training_client(
         base_model=base_model, rank=4, seed=3

@@ -248,7 +248,7 @@ class TinkerService:
 
     def optim_step(self, model_id: str, seq_id: int | None, params: Any) -> dict[str, Any]:
         entry = self._entry(model_id)
-        if getattr(params, "type", "adam") not in ("adam", "adamw") and not hasattr(params, "beta2"):
+        if not hasattr(params, "beta2"):  # AdamParams; another family's params (DimuonParams) has a type
             return self._refuse(entry, seq_id, UNSUPPORTED_MODEL_OPS["optimizer"])
         values = params.model_dump()
         return self._queue(entry, seq_id, "optim_step", lambda: entry.model.optim_step(values))
