@@ -191,17 +191,19 @@ def test_stop_tokens_greedy_and_the_base_model(service_client, base_model) -> No
     torch.testing.assert_close(torch.tensor(same.logprobs), torch.tensor(full.logprobs), rtol=0, atol=1e-5)
 
 
-def test_two_sessions_are_isolated(tinker_server: ServerThread, service_client, base_model) -> None:
+def test_two_sessions_are_isolated(
+    tinker_server: ServerThread, tinker_service: TinkerService, service_client, base_model
+) -> None:
     other_client = tinker.ServiceClient(base_url=tinker_server.base_url, api_key=API_KEY)
+    their_path = None
     try:
         mine = service_client.create_lora_training_client(base_model=base_model, rank=4, seed=5).result()
         theirs = other_client.create_lora_training_client(base_model=base_model, rank=4, seed=5).result()
         assert mine.model_id != theirs.model_id
         theirs.forward_backward([ce_datum(TOKENS)], "cross_entropy").result()
         theirs.optim_step(types.AdamParams(learning_rate=5e-2)).result()
-        sampler = other_client.create_sampling_client(
-            model_path=theirs.save_weights_for_sampler("theirs").result().path
-        ).result()
+        their_path = theirs.save_weights_for_sampler("theirs").result().path
+        sampler = other_client.create_sampling_client(model_path=their_path).result()
         prompt, greedy = (
             types.ModelInput.from_ints(TOKENS[:6]),
             types.SamplingParams(max_tokens=6, temperature=0.0),
@@ -219,6 +221,9 @@ def test_two_sessions_are_isolated(tinker_server: ServerThread, service_client, 
         assert logprobs_of(theirs.forward([ce_datum(TOKENS)], "cross_entropy").result()) == their_lp
     finally:
         other_client.close("success").result(timeout=30)
+    # closing a session frees its models and their sampler weights; the other session's stay
+    assert their_path is not None and not tinker_service.samplers.has(their_path)
+    assert theirs.model_id not in tinker_service.models and mine.model_id in tinker_service.models
 
 
 def test_refusals_fail_their_request_only(tinker_service: TinkerService, service_client, base_model) -> None:

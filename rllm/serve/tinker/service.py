@@ -137,8 +137,8 @@ class TinkerService:
         s.last_heartbeat = time.time()
 
     def finish_session(self, session_id: str) -> None:
-        """Mark the session done and free its models once their queued work has run (saved states and
-        sampler snapshots stay)."""
+        """Mark the session done: its models are freed once their queued work has run, with their sampler
+        snapshots and its sampling sessions (what ``save_state`` wrote to disk stays)."""
         s = self.session(session_id, live=False)
         if s.finished:
             return
@@ -147,6 +147,9 @@ class TinkerService:
             entry = self.models.pop(model_id, None)
             if entry is not None:
                 entry.worker.close()
+            self.samplers.drop_model(model_id)
+        for sid in [k for k, v in self.sampling_sessions.items() if v.session_id == session_id]:
+            del self.sampling_sessions[sid]
         self.futures.drop_session(session_id)
 
     # ------------------------------------------------------------------ models
