@@ -204,6 +204,7 @@ def test_two_sessions_are_isolated(
         theirs.optim_step(types.AdamParams(learning_rate=5e-2)).result()
         their_path = theirs.save_weights_for_sampler("theirs").result().path
         sampler = other_client.create_sampling_client(model_path=their_path).result()
+        unnamed = theirs.save_weights_and_get_sampling_client().result()
         prompt, greedy = (
             types.ModelInput.from_ints(TOKENS[:6]),
             types.SamplingParams(max_tokens=6, temperature=0.0),
@@ -221,9 +222,13 @@ def test_two_sessions_are_isolated(
         assert logprobs_of(theirs.forward([ce_datum(TOKENS)], "cross_entropy").result()) == their_lp
     finally:
         other_client.close("success").result(timeout=30)
-    # closing a session frees its models and their sampler weights; the other session's stay
-    assert their_path is not None and not tinker_service.samplers.has(their_path)
+    # closing a session frees its models and their unnamed sampler weights; named ones stay for later use
     assert theirs.model_id not in tinker_service.models and mine.model_id in tinker_service.models
+    assert their_path is not None and tinker_service.samplers.has(their_path)
+    later = service_client.create_sampling_client(model_path=their_path).result()
+    assert later.sample(prompt, 1, greedy).result().sequences[0].tokens == before.tokens
+    assert not tinker_service.samplers.has(f"tinker://{theirs.model_id}/sampler_weights/ephemeral-0")
+    assert unnamed is not None
 
 
 def test_refusals_fail_their_request_only(tinker_service: TinkerService, service_client, base_model) -> None:

@@ -137,8 +137,10 @@ class TinkerService:
         s.last_heartbeat = time.time()
 
     def finish_session(self, session_id: str) -> None:
-        """Mark the session done: its models are freed once their queued work has run, with their sampler
-        snapshots and its sampling sessions (what ``save_state`` wrote to disk stays)."""
+        """Mark the session done: its models are freed once their queued work has run, with the unnamed
+        sampler snapshots of ``save_weights_and_get_sampling_client`` and its sampling sessions. Named
+        sampler weights stay (a later session may sample a path a finished run saved, as on the hosted
+        service), at most ``max_per_model`` per model, until the server stops."""
         s = self.session(session_id, live=False)
         if s.finished:
             return
@@ -147,7 +149,7 @@ class TinkerService:
             entry = self.models.pop(model_id, None)
             if entry is not None:
                 entry.worker.close()
-            self.samplers.drop_model(model_id)
+            self.samplers.drop_model(model_id, only_prefix=f"tinker://{model_id}/sampler_weights/ephemeral-")
         for sid in [k for k, v in self.sampling_sessions.items() if v.session_id == session_id]:
             del self.sampling_sessions[sid]
         self.futures.drop_session(session_id)
