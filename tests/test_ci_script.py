@@ -17,7 +17,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README_TEST_COMMAND = "bash scripts/setup.sh && .venv/bin/python -m pytest -q"
-SETUP_SCRIPTS = ("setup.sh", "setup_strands.sh", "setup_ui_tests.sh", "setup_vllm.sh", "setup_bench.sh")
+SETUP_SCRIPTS = (
+    "setup.sh",
+    "setup_cookbook.sh",
+    "setup_strands.sh",
+    "setup_ui_tests.sh",
+    "setup_vllm.sh",
+    "setup_bench.sh",
+)
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # FAKE python (and ruff, lint-imports, deptry) for tests/test_ci_script.py: records its arguments, runs nothing.
@@ -83,8 +90,10 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "lint-imports --no-cache" in calls and "deptry ." in calls
     assert "ruff format --check rllm tests benchmarks scripts examples docker" in calls
     assert "ruff check rllm tests benchmarks scripts examples docker" in calls
-    assert "setup.sh langgraph mcp smolagents openai-agents deploy-tests" in calls
+    assert "setup.sh langgraph mcp smolagents openai-agents deploy-tests tinker-cookbook" in calls
+    assert "setup_cookbook.sh " in calls
     assert any(c.startswith("python -m pytest") and "tests/test_deploy.py" in c for c in calls)
+    assert any(c.startswith("python -m pytest") and "tests/serve/test_tinker_cookbook.py" in c for c in calls)
     assert "setup_strands.sh " in calls
     assert "python -c import strands, strands.models.openai" in calls
     assert "python -m pytest -q tests/test_strands_example.py" in calls

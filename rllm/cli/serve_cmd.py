@@ -74,16 +74,6 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_serve_tinker(args: argparse.Namespace) -> int:
-    # Imported here: the service pulls in torch, transformers, uvicorn and the tinker SDK, which
-    # `rllm --help` should not wait for.
-    try:
-        import tinker  # noqa: F401
-    except ImportError:
-        print("rllm serve tinker: the tinker SDK is missing: pip install 'rllm[tinker]'", file=sys.stderr)
-        return 2
-    from rllm.models import ModelNotFoundError
-    from rllm.serve.tinker.server import ServeConfig, serve
-
     if args.max_samplers < 1:
         print("rllm serve tinker: --max-samplers must be at least 1", file=sys.stderr)
         return 2
@@ -97,6 +87,16 @@ def run_serve_tinker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:  # the optional extra: a one-line error, not an ImportError traceback
+        import tinker  # noqa: F401
+    except ImportError:
+        print("rllm serve tinker: the tinker SDK is missing: pip install 'rllm[tinker]'", file=sys.stderr)
+        return 2
+    # Imported here: the service pulls in torch, transformers, uvicorn and the tinker SDK, which
+    # `rllm --help` should not wait for.
+    from rllm.models import ModelNotFoundError
+    from rllm.serve.tinker.server import ServeConfig, serve
+
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         logger.warning(
             "serving on %s with no --api-key: anyone who can reach this port can train and sample", args.host

@@ -21,7 +21,7 @@ What the SDK (0.38) needs from a server, read from its source:
   ``/load_weights`` and ``/asample`` answer ``{"request_id", "model_id"}`` at once (``asample`` also one
   ``sample_sequence_ids`` entry per sample), and the client polls ``/retrieve_future`` until it gets the
   result, ``{"error", "category"}`` (raised as ``RequestFailedError``), or ``{"type": "try_again"}``
-  (asked again at once, so this server holds the poll up to 20 s before saying it).
+  (asked again at once, and logged as a warning: this server holds the poll up to 40 s first).
   ``ForwardBackwardOutput`` and ``SampleResponse`` results must be protobuf
   (``tinker.proto.tinker_public_pb2``); ``/forward_backward`` bodies are protobuf too (:mod:`.wire`).
 - A ``TrainingClient`` numbers its requests ``seq_id = 1, 2, ...`` and expects them run in that order;

@@ -32,7 +32,7 @@ M = TypeVar("M", bound=BaseModel)
 PROTO = "application/x-protobuf"
 # retrieve_future holds a pending request this long before answering "try again" (the SDK re-asks at
 # once, and waits 45 s for an answer).
-LONG_POLL_S = 20.0
+LONG_POLL_S = 40.0
 # Server-side flags the SDK fetches first (``ClientConfigResponse``): API keys as they are (no JWT
 # exchange), httpx's own transport, uncompressed fwd/bwd bodies, and per-request result polling.
 CLIENT_CONFIG = types.ClientConfigResponse(

@@ -90,9 +90,12 @@ class SamplerPool:
         with self._lock:
             return path in self._snapshots
 
-    def drop_model(self, model_id: str) -> None:
+    def drop_model(self, model_id: str, *, only_prefix: str = "") -> None:
+        """Forget ``model_id``'s snapshots (those whose path starts with ``only_prefix``)."""
         with self._lock:
-            for path in [p for p, s in self._snapshots.items() if s.model_id == model_id]:
+            for path in [
+                p for p, s in self._snapshots.items() if s.model_id == model_id and p.startswith(only_prefix)
+            ]:
                 del self._snapshots[path]
 
 

@@ -137,8 +137,10 @@ class TinkerService:
         s.last_heartbeat = time.time()
 
     def finish_session(self, session_id: str) -> None:
-        """Mark the session done and free its models once their queued work has run (saved states and
-        sampler snapshots stay)."""
+        """Mark the session done: its models are freed once their queued work has run, with the unnamed
+        sampler snapshots of ``save_weights_and_get_sampling_client`` and its sampling sessions. Named
+        sampler weights stay (a later session may sample a path a finished run saved, as on the hosted
+        service), at most ``max_per_model`` per model, until the server stops."""
         s = self.session(session_id, live=False)
         if s.finished:
             return
@@ -147,6 +149,9 @@ class TinkerService:
             entry = self.models.pop(model_id, None)
             if entry is not None:
                 entry.worker.close()
+            self.samplers.drop_model(model_id, only_prefix=f"tinker://{model_id}/sampler_weights/ephemeral-")
+        for sid in [k for k, v in self.sampling_sessions.items() if v.session_id == session_id]:
+            del self.sampling_sessions[sid]
         self.futures.drop_session(session_id)
 
     # ------------------------------------------------------------------ models
@@ -248,7 +253,7 @@ class TinkerService:
 
     def optim_step(self, model_id: str, seq_id: int | None, params: Any) -> dict[str, Any]:
         entry = self._entry(model_id)
-        if getattr(params, "type", "adam") not in ("adam", "adamw") and not hasattr(params, "beta2"):
+        if not hasattr(params, "beta2"):  # AdamParams; another family's params (DimuonParams) has a type
             return self._refuse(entry, seq_id, UNSUPPORTED_MODEL_OPS["optimizer"])
         values = params.model_dump()
         return self._queue(entry, seq_id, "optim_step", lambda: entry.model.optim_step(values))
@@ -365,8 +370,10 @@ class TinkerService:
     def create_sampling_session(self, req: Any) -> str:
         self.session(req.session_id)
         if req.model_path is not None:
-            if not self.samplers.has(req.model_path):
-                self.samplers.engine(req.model_path)  # raises the evicted / unknown message
+            try:
+                self.samplers.engine(req.model_path)
+            except RequestError as exc:  # evicted or never saved: say so now, not at the first sample
+                raise ServeError(400, str(exc)) from None
         elif req.base_model is None or not self.served.accepts(req.base_model):
             raise ServeError(
                 400,
