@@ -90,7 +90,6 @@ class Plugin(Generic[T]):
         return self.capabilities_spec
 
 
-
 class Registry(Generic[T]):
     """The plug-ins of one kind, by name (see the module docstring).
 
