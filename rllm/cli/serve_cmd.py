@@ -12,6 +12,7 @@ loopback without one.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import socket
@@ -69,6 +70,19 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument(
         "--micro-batch-size", type=int, default=16, help="sequences per forward/backward pass (default: 16)"
     )
+    t.add_argument(
+        "--backend",
+        choices=["local", "distributed"],
+        default="local",
+        help="the rllm training backend of each trained model: local (this process) or distributed (FSDP2 "
+        "ranks placed by Ray; needs rllm[distributed]) (default: local)",
+    )
+    t.add_argument(
+        "--world-size",
+        type=int,
+        default=2,
+        help="ranks per trained model with --backend distributed (default: 2)",
+    )
     t.set_defaults(func=run_serve_tinker)
     return p
 
@@ -76,6 +90,13 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_serve_tinker(args: argparse.Namespace) -> int:
     if args.max_samplers < 1:
         print("rllm serve tinker: --max-samplers must be at least 1", file=sys.stderr)
+        return 2
+    if args.backend == "distributed" and importlib.util.find_spec("ray") is None:
+        print(
+            "rllm serve tinker: --backend distributed places its ranks with Ray, which is not installed: "
+            "pip install 'rllm[distributed]'",
+            file=sys.stderr,
+        )
         return 2
     try:  # a taken port is a one-line error, not uvicorn's traceback
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
@@ -111,6 +132,8 @@ def run_serve_tinker(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         state_dir=args.state_dir,
         micro_batch_size=args.micro_batch_size,
+        backend=args.backend,
+        world_size=args.world_size,
     )
     try:
         serve(cfg)

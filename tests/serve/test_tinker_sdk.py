@@ -121,6 +121,35 @@ def test_importance_sampling_loss_and_gradient_equal_rllm_summed(
         assert float((served_grads[name] - grad).abs().max()) <= 1e-4 * float(grad.abs().max()) + 1e-12, name
 
 
+def test_a_group_sharing_its_prompt_trains_once_on_it_and_reports_every_logprob(
+    service_client, base_model
+) -> None:
+    """Targets of advantage 0 (a group's shared prompt, a hole for an environment's turn) are left out of
+    the pass that trains (the prompt then runs once for the group); their logprobs come back all the same,
+    equal to a forward over every target with the same weights."""
+    training_client = service_client.create_lora_training_client(
+        base_model=base_model, rank=4, seed=5
+    ).result()
+    prompt = TOKENS[:6]
+    answers = [[21, 22, 23], [24, 25], [26, 27, 28, 29]]
+    data = []
+    for j, answer in enumerate(answers):
+        tokens = prompt + answer
+        n = len(tokens) - 1
+        advantages = [0.0] * (len(prompt) - 1) + [1.0 - j] * len(answer)
+        if j == 2:
+            advantages[-2] = 0.0  # a hole inside the answer
+        data.append(rl_datum(tokens, [-3.0] * n, advantages))
+    trained = training_client.forward_backward(data, "importance_sampling").result()
+    full = training_client.forward(
+        [ce_datum(prompt + answer) for answer in answers], "cross_entropy"
+    ).result()  # no optim_step in between: the same weights
+    for i in range(len(answers)):
+        got, want = logprobs_of(trained, i), logprobs_of(full, i)
+        assert len(got) == len(want) and all(v != 0.0 for v in got)
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=0, atol=1e-5)
+
+
 def test_forward_backward_custom_runs_its_loss_client_side(service_client, base_model) -> None:
     """The SDK's custom loss: a forward, then a cross_entropy backward with weights -dLoss/dlogprobs; a
     loss of -2 * sum(logprobs) gives the gradient of cross_entropy with weights 2."""

@@ -15,8 +15,11 @@ CISPO's bounds are the weight's own in both.
 Tinker's losses are **sums** over every target token of every datum, never means. rllm's ``token-mean``
 aggregation divides the summed per-token loss by ``TrainBatch.loss_norm_tokens``; setting it to 1 gives
 the sum (``LocalBackend`` uses it as the batch-wide normaliser of every micro-batch, so micro-batching
-does not change that). Every target position is in the loss mask: a token with advantage (or weight) 0
-adds nothing, as in Tinker, and every position gets its logprob back.
+does not change that). A target whose advantage (or weight) is 0 adds nothing to any of these losses, nor
+to their gradient, so ``forward_backward`` trains only the others (``trained_only``): a datum's prompt is
+then a prefix the backend runs once for all the datums that share it (``backend.share_prefix``, a group of
+answers to one prompt), and every target still gets its logprob back (:func:`untrained_logprobs`).
+``forward`` puts every target in the mask.
 
 Datum layout: ``model_input`` holds tokens ``x_0 .. x_{n-1}`` and ``target_tokens`` ``y_0 .. y_{n-1}``,
 ``y_t`` being the token predicted after ``x_0 .. x_t``. rllm trains on one sequence whose token ``i`` is
@@ -102,8 +105,11 @@ def _vector(datum: WireDatum, key: str, n: int, index: int) -> np.ndarray:
     return value
 
 
-def to_sequence(datum: WireDatum, loss_fn: str, index: int, vocab_size: int) -> TrainSequence:
-    """One Tinker datum as the rllm training row described in the module docstring."""
+def to_sequence(
+    datum: WireDatum, loss_fn: str, index: int, vocab_size: int, *, trained_only: bool = False
+) -> TrainSequence:
+    """One Tinker datum as the rllm training row described in the module docstring; with ``trained_only``,
+    targets of advantage (or weight) 0 are out of the loss mask."""
     required, optional = _INPUTS[loss_fn]
     given = set(datum.inputs)
     if missing := sorted(required - given):
@@ -134,9 +140,44 @@ def to_sequence(datum: WireDatum, loss_fn: str, index: int, vocab_size: int) -> 
     else:
         weight = _vector(datum, "advantages", n, index).astype(float).tolist()
         behaviour = _vector(datum, "logprobs", n, index).astype(float).tolist()
+    mask = [int(w != 0.0) for w in weight] if trained_only else [1] * n
     return TrainSequence(
-        input_ids=ids, loss_mask=[0] + [1] * n, rollout_logprobs=[0.0, *behaviour], advantages=[0.0, *weight]
+        input_ids=ids, loss_mask=[0, *mask], rollout_logprobs=[0.0, *behaviour], advantages=[0.0, *weight]
     )
+
+
+def untrained_logprobs(sequences: list[TrainSequence]) -> tuple[list[TrainSequence], list[list[int]]]:
+    """What still needs a logprob after a ``trained_only`` pass: rows to run forward only, and for each of
+    ``sequences`` the rows holding its untrained targets (``[prefix]`` or ``[whole]``).
+
+    Untrained targets before the first trained one are a prefix (the prompt): one row per distinct prefix,
+    shared by every datum that has it. A sequence with an untrained target after its first trained one (a
+    hole: an environment's turn) gets a row of its own with exactly those targets in the mask."""
+    rows: list[TrainSequence] = []
+    by_prefix: dict[tuple[int, ...], int] = {}
+    owners: list[list[int]] = []
+    for seq in sequences:
+        mask = seq.loss_mask
+        first = mask.index(1) if 1 in mask else len(mask)
+        holes = [i for i in range(first, len(mask)) if not mask[i]]
+        mine: list[int] = []
+        if holes:
+            complement = [0] + [1 - m for m in mask[1:]]
+            rows.append(_forward_row(seq.input_ids, complement))
+            mine.append(len(rows) - 1)
+        elif first > 1:
+            key = tuple(seq.input_ids[:first])
+            if key not in by_prefix:
+                rows.append(_forward_row(list(key), [0] + [1] * (first - 1)))
+                by_prefix[key] = len(rows) - 1
+            mine.append(by_prefix[key])
+        owners.append(mine)
+    return rows, owners
+
+
+def _forward_row(ids: list[int], mask: list[int]) -> TrainSequence:
+    zeros = [0.0] * len(ids)
+    return TrainSequence(input_ids=ids, loss_mask=mask, rollout_logprobs=zeros, advantages=zeros)
 
 
 def summed_loss(sequences: list[TrainSequence], logprobs: list[list[float]], loss: LossConfig) -> float:

@@ -22,6 +22,9 @@ logger = logging.getLogger(__name__)
 
 # --dtype: the sampler's dtype and the trainer's autocast. float32 keeps sampled and trained logprobs
 # equal to float rounding; bfloat16 is faster where the hardware has it (and what hosted Tinker samples).
+# The rllm training backends a served model can train on (each computes rllm's losses in this machine's
+# processes and hands back the logprobs of its own forward pass).
+SERVE_BACKENDS = ("local", "distributed")
 DTYPES = {"auto": ("auto", "auto"), "float32": ("float32", "none"), "bfloat16": ("bfloat16", "bf16")}
 
 
@@ -38,12 +41,16 @@ class ServeConfig:
     api_key: str | None = None
     state_dir: str = "tinker_state"
     micro_batch_size: int = 16
+    backend: str = "local"  # each model's rllm training backend: local, or distributed (FSDP2 ranks on Ray)
+    world_size: int = 2  # ranks per model with backend=distributed
 
 
 def build_service(cfg: ServeConfig) -> TinkerService:
     """Resolve the model, load its sampler engine once (the base every snapshot copies), and set up."""
     if cfg.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {cfg.dtype!r}: use one of {', '.join(DTYPES)}")
+    if cfg.backend not in SERVE_BACKENDS:
+        raise ValueError(f"unknown backend {cfg.backend!r}: use one of {', '.join(SERVE_BACKENDS)}")
     engine_dtype, autocast = DTYPES[cfg.dtype]
     path = resolve_model(cfg.model)
     if not Path(path).is_dir():
@@ -66,6 +73,8 @@ def build_service(cfg: ServeConfig) -> TinkerService:
         micro_batch_size=cfg.micro_batch_size,
         pad_id=base.pad_id,
         vocab_size=int(config.vocab_size),
+        backend=cfg.backend,
+        world_size=cfg.world_size,
     )
     state_dir = Path(cfg.state_dir).expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)

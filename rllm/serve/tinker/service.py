@@ -183,7 +183,7 @@ class TinkerService:
         if model_id in self.models:
             raise ServeError(409, f"model {model_id} already exists")
         model = TrainedModel(model_id, base_model, self.settings, adapter_spec(rank, modules, seed))
-        entry = ModelEntry(model, ModelWorker(model_id, self.futures), session_id)
+        entry = ModelEntry(model, ModelWorker(model_id, self.futures, on_close=model.close), session_id)
         self.models[model_id] = entry
         session.models.append(model_id)
         return entry

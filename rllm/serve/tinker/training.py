@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllm.serve.tinker.losses import loss_config, summed_loss, to_sequence
+from rllm.serve.tinker.losses import loss_config, summed_loss, to_sequence, untrained_logprobs
 from rllm.serve.tinker.wire import ForwardBackwardCall, encode_forward_backward_output
 from rllm.serve.tinker.worker import RequestError
-from rllm.trainer.backends.local import LocalBackend
+from rllm.trainer.backends import build_backend
+from rllm.trainer.backends.base import TrainingBackend, UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
-from rllm.types import TrainBatch
+from rllm.types import TrainBatch, TrainSequence
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class TrainSettings:
     micro_batch_size: int
     pad_id: int
     vocab_size: int
+    backend: str = "local"  # the rllm training backend each model trains on: local, or distributed
+    world_size: int = 2  # ranks of each model's distributed backend
 
 
 def target_modules(
@@ -99,7 +102,7 @@ class TrainedModel:
         self.base_model = base_model
         self.settings = settings
         self.spec = spec
-        self.backend: LocalBackend | None = None
+        self.backend: TrainingBackend | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def build(self) -> None:
@@ -117,18 +120,26 @@ class TrainedModel:
                 # The request's Adam settings are set per optim_step; no schedule, no clipping by default.
                 "optim": {"schedule": "constant", "grad_clip": None},
                 "backend": {
+                    "name": s.backend,
                     "device": s.device,
                     "autocast": s.autocast,
                     "micro_batch_size": s.micro_batch_size,
+                    **({"distributed": {"world_size": s.world_size}} if s.backend == "distributed" else {}),
                 },
                 # Tinker's logprobs are those of the raw logits (temperature 1).
                 "rollout": {"temperature": 1.0},
                 "trainer": {"seed": self.spec.seed},
             }
         )
-        self.backend = LocalBackend(cfg, s.model_path, pad_id=s.pad_id)
+        self.backend = build_backend(cfg, s.model_path, pad_id=s.pad_id)
 
-    def _require(self) -> LocalBackend:
+    def close(self) -> None:
+        """Release what the model's backend holds outside this process (a distributed backend's ranks)."""
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+
+    def _require(self) -> TrainingBackend:
         if self.backend is None:
             raise RequestError(f"model {self.model_id} has no weights loaded")
         return self.backend
@@ -140,7 +151,8 @@ class TrainedModel:
         loss = loss_config(call.loss_fn, call.loss_fn_config)
         if not call.data:
             raise RequestError("forward_backward got no data")
-        seqs = [to_sequence(d, call.loss_fn, i, self.settings.vocab_size) for i, d in enumerate(call.data)]
+        vocab, train = self.settings.vocab_size, not call.forward_only
+        seqs = [to_sequence(d, call.loss_fn, i, vocab, trained_only=train) for i, d in enumerate(call.data)]
         batch = TrainBatch(sequences=seqs, loss_norm_tokens=1.0, loss_norm_sequences=1.0)
         if call.forward_only:
             logprobs = backend.compute_logprobs(batch)
@@ -149,6 +161,7 @@ class TrainedModel:
             logprobs = []
             metrics = backend.forward_backward(batch, loss, logprobs_out=logprobs)
             total = metrics["train/loss"]
+            _fill_untrained(backend, seqs, logprobs)
         outputs = [{"logprobs": np.asarray(lp[1:], dtype=np.float32)} for lp in logprobs]
         return encode_forward_backward_output(outputs, {"loss:sum": float(total)})
 
@@ -162,11 +175,9 @@ class TrainedModel:
         clip = float(params.get("grad_clip_norm", 0.0))
         if lr < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or eps < 0 or wd < 0:
             raise RequestError(f"invalid AdamParams: lr={lr}, betas={betas}, eps={eps}, weight_decay={wd}")
-        for group in backend.optimizer.param_groups:
-            group.update(lr=lr, betas=betas, eps=eps, weight_decay=wd)
-        # The LR schedule is constant: every step's rate is the one just set (LambdaLR's base rate too).
-        backend.scheduler.base_lrs = [lr for _ in backend.optimizer.param_groups]
-        backend.cfg.optim.grad_clip = clip if clip > 0 else None
+        backend.set_optimizer(
+            lr=lr, betas=betas, eps=eps, weight_decay=wd, grad_clip=clip if clip > 0 else None
+        )
         out = backend.optim_step()
         return {"metrics": {"grad_norm:mean": out["train/grad_norm"], "learning_rate:mean": lr}}
 
@@ -187,12 +198,26 @@ class TrainedModel:
         if optimizer:
             backend.load_state(directory)
             return
-        from peft import set_peft_model_state_dict  # peft loads with the backend already
-        from safetensors.torch import load_file
+        try:
+            backend.load_adapter_weights(directory)
+        except UnsupportedConfigError as exc:
+            raise RequestError(str(exc)) from None
 
-        set_peft_model_state_dict(
-            backend.model, load_file(str(directory / "adapter" / "adapter_model.safetensors"))
-        )
+
+def _fill_untrained(backend: TrainingBackend, seqs: list[TrainSequence], logprobs: list[list[float]]) -> None:
+    """Complete ``logprobs`` (from a ``trained_only`` pass: 0.0 at untrained targets) with the untrained
+    targets' logprobs, from one forward-only pass over each distinct prompt (and each sequence with a hole):
+    the weights have not changed since the pass, so these are the values a full pass would have given."""
+    rows, owners = untrained_logprobs(seqs)
+    if not rows:
+        return
+    extra = backend.compute_logprobs(TrainBatch(sequences=rows))
+    for seq, lp, mine in zip(seqs, logprobs, owners):
+        for r in mine:
+            row_lp, row_mask = extra[r], rows[r].loss_mask
+            for i in range(1, len(row_mask)):
+                if row_mask[i] and not seq.loss_mask[i]:
+                    lp[i] = row_lp[i]
 
 
 def read_state_meta(directory: Path) -> dict[str, Any]:

@@ -43,8 +43,11 @@ class Operation:
 class ModelWorker:
     """Runs one model's operations in ``seq_id`` order on one thread."""
 
-    def __init__(self, model_id: str, futures: FutureStore) -> None:
+    def __init__(
+        self, model_id: str, futures: FutureStore, on_close: Callable[[], None] | None = None
+    ) -> None:
         self.model_id = model_id
+        self._on_close = on_close  # run on the model's thread after its last operation (frees the backend)
         self._futures = futures
         self._pending: dict[int, Operation] = {}
         self._by_seq: dict[int, str] = {}  # seq_id -> request id, so a resent request gets its first answer
@@ -118,6 +121,11 @@ class ModelWorker:
                     else:
                         self._futures.resolve(op.record, result=out)
         finally:
+            if self._on_close is not None:
+                try:
+                    await loop.run_in_executor(self._executor, self._on_close)
+                except Exception:  # a failed release must not hide the queue's own outcome
+                    logger.exception("model %s: releasing its backend failed", self.model_id)
             self._executor.shutdown(wait=False)
 
     async def run_now(self, fn: Callable[[], Any]) -> Any:

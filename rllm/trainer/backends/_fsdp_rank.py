@@ -127,9 +127,14 @@ class _ShardedBackend(LocalBackend):
         ref_logprobs: list[list[float]] | None,
         num_micro_batches: int,
         filler: tuple[TrainSequence, list[float] | None, list[float] | None],
-    ) -> tuple[dict[str, float], float, float]:
+        want_logprobs: bool = False,
+    ) -> tuple[dict[str, float], float, float, list[list[float]] | None]:
+        """This rank's share of the step: metric sums, trained tokens, loss and (with ``want_logprobs``) the
+        shard's per-token logprobs from the same forward pass; empty micro-batches keep the collectives in
+        step with the rank that has the most."""
+        sink: dict[int, list[float]] | None = {} if want_logprobs else None
         sums, weight, total_loss = self._accumulate_gradients(
-            shard, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs
+            shard, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, logprobs_sink=sink
         )
         seq, old, ref = filler
         for _ in range(num_micro_batches - len(self._micro_batches(shard))):
@@ -142,7 +147,8 @@ class _ShardedBackend(LocalBackend):
                 None if ref is None else [ref],
                 weight=0.0,
             )
-        return sums, weight, total_loss
+        rows = [sink[id(s)] for s in shard.sequences] if sink is not None else None
+        return sums, weight, total_loss, rows
 
     def shard_logprobs(
         self, shard: TrainBatch, reference: bool, num_micro_batches: int, filler: TrainSequence

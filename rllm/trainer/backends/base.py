@@ -109,8 +109,13 @@ class TrainingBackend(ABC):
         *,
         old_logprobs: list[list[float]] | None = None,
         ref_logprobs: list[list[float]] | None = None,
+        logprobs_out: list[list[float]] | None = None,
     ) -> dict[str, float]:
         """Compute the loss over the whole batch and accumulate its gradients; return metrics.
+
+        ``logprobs_out``, when given (an empty list), is filled with each sequence's per-token logprobs from
+        this same forward pass, aligned as :meth:`compute_logprobs` returns them (what a service that reports
+        the logprobs it trained on needs, without a second forward).
 
         ``old_logprobs`` (behaviour logprobs for the ratio; default: the rollout's) and ``ref_logprobs``
         (for the KL term) are aligned with each sequence's ``input_ids``, as :meth:`compute_logprobs`
@@ -125,6 +130,27 @@ class TrainingBackend(ABC):
     @abstractmethod
     def optim_step(self) -> dict[str, float]:
         """Clip gradients, take one optimizer step, zero gradients; return grad_norm and lr."""
+
+    def set_optimizer(
+        self,
+        *,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        grad_clip: float | None,
+    ) -> None:
+        """Use these AdamW settings from the next :meth:`optim_step` on, instead of ``cfg.optim``'s schedule
+        (a client that sends them with every step: the Tinker service)."""
+        raise UnsupportedConfigError(
+            f"backend '{self.capabilities.name}' takes no per-step optimizer settings"
+        )
+
+    def load_adapter_weights(self, path: Path) -> None:
+        """The adapter weights of a :meth:`save_state` directory, leaving the optimizer as it is."""
+        raise UnsupportedConfigError(
+            f"backend '{self.capabilities.name}' restores a checkpoint with its optimizer only (load_state)"
+        )
 
     @abstractmethod
     def skip_step(self) -> None:

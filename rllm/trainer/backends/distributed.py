@@ -300,6 +300,7 @@ class DistributedBackend(TrainingBackend):
         *,
         old_logprobs: list[list[float]] | None = None,
         ref_logprobs: list[list[float]] | None = None,
+        logprobs_out: list[list[float]] | None = None,
     ) -> dict[str, float]:
         if not batch.sequences:
             raise ValueError("forward_backward got an empty batch; skip the step instead")
@@ -332,16 +333,22 @@ class DistributedBackend(TrainingBackend):
                 pick(ref_logprobs, idx),
                 num_micro,
                 filler,
+                logprobs_out is not None,
             )
             for rank, idx in zip(self._ranks, shards)
         ]
         sums: dict[str, float] = {}
         weight_total = total_loss = 0.0
-        for rank_sums, weight, rank_loss in self._get(refs):
+        rows: list[list[float]] = [[] for _ in seqs]
+        for idx, (rank_sums, weight, rank_loss, rank_rows) in zip(shards, self._get(refs)):
             for k, v in rank_sums.items():
                 sums[k] = sums.get(k, 0.0) + v
             weight_total += weight
             total_loss += rank_loss
+            for i, row in zip(idx, rank_rows or []):
+                rows[i] = row
+        if logprobs_out is not None:
+            logprobs_out[:] = rows
         out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
         out["train/loss"] = total_loss
         return out
@@ -370,6 +377,19 @@ class DistributedBackend(TrainingBackend):
         metrics = self._all("optim_step")[0]  # every rank saw the same global norm and LR
         self.step += 1
         return metrics
+
+    def set_optimizer(
+        self,
+        *,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        grad_clip: float | None,
+    ) -> None:
+        self._all(
+            "set_optimizer", lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, grad_clip=grad_clip
+        )
 
     def skip_step(self) -> None:
         self._all("skip_step")

@@ -414,6 +414,32 @@ class LocalBackend(TrainingBackend):
         padded = [row + [0.0] * (T - len(s.input_ids)) for row, s in zip(rows, mb)]
         return torch.tensor(padded, dtype=torch.float32, device=self.device)[:, 1:]
 
+    def set_optimizer(
+        self,
+        *,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        grad_clip: float | None,
+    ) -> None:
+        for group in self.optimizer.param_groups:
+            group.update(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        # The schedule becomes constant at this rate: LambdaLR multiplies its base rate by the factor.
+        self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
+        self.scheduler.lr_lambdas = [lambda _step: 1.0 for _ in self.optimizer.param_groups]
+        self.cfg.optim.grad_clip = grad_clip
+
+    def load_adapter_weights(self, path: Path) -> None:
+        if not self.lora:
+            raise UnsupportedConfigError("load_adapter_weights needs a LoRA run (lora.enabled=true)")
+        from peft import set_peft_model_state_dict  # peft is loaded already: this is a LoRA run
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(
+            self.model, load_file(str(Path(path) / "adapter" / "adapter_model.safetensors"))
+        )
+
     def optim_step(self) -> dict[str, float]:
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = self._clip_gradients(params)

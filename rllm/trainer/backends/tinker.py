@@ -163,8 +163,6 @@ class TinkerBackend(TrainingBackend):
             )
         )
         self._types = tinker.types
-        self._last_sampler_path: str | None = None
-        self._checkpoint_paths: dict[str, str] = {}
         logger.info(
             "tinker backend: LoRA rank %d on %s at %s",
             cfg.lora.rank,
@@ -219,8 +217,7 @@ class TinkerBackend(TrainingBackend):
     @staticmethod
     def _aligned_logprobs(output: dict[str, Any], seq: TrainSequence) -> list[float]:
         """The service's per-target logprobs as rllm aligns them with ``input_ids`` (0.0 at position 0)."""
-        lp = output["logprobs"]
-        values = lp.to_numpy() if hasattr(lp, "to_numpy") else np.asarray(lp.data)
+        values = output["logprobs"].to_numpy()  # a TensorData
         return [0.0, *values.astype(np.float64).tolist()][: len(seq.input_ids)]
 
     # ------------------------------------------------------------------ primitives
@@ -231,6 +228,7 @@ class TinkerBackend(TrainingBackend):
         *,
         old_logprobs: list[list[float]] | None = None,
         ref_logprobs: list[list[float]] | None = None,
+        logprobs_out: list[list[float]] | None = None,
     ) -> dict[str, float]:
         if ref_logprobs is not None:
             raise UnsupportedConfigError(
@@ -240,12 +238,14 @@ class TinkerBackend(TrainingBackend):
             raise UnsupportedConfigError(f"backend.name=tinker has no loss {loss.name!r}")
         seqs = batch.sequences
         if not seqs:
-            return {"train/loss": 0.0}
+            raise ValueError("forward_backward got an empty batch; skip the step instead")
         behaviour = old_logprobs if old_logprobs is not None else [s.rollout_logprobs for s in seqs]
         advantages = self._scaled_advantages(batch, loss)
         data = [self._datum(s, a, b) for s, a, b in zip(seqs, advantages, behaviour)]
         out = self._wait(self.client.forward_backward(data, _LOSSES[loss.name], self._loss_config(loss)))
         trainer_lp = [self._aligned_logprobs(o, s) for o, s in zip(out.loss_fn_outputs, seqs)]
+        if logprobs_out is not None:
+            logprobs_out[:] = [[v * m for v, m in zip(row, s.loss_mask)] for row, s in zip(trainer_lp, seqs)]
         metrics = self._metrics(seqs, trainer_lp, behaviour, loss)
         metrics["train/loss"] = float(out.metrics.get("loss:sum", 0.0))
         return metrics
@@ -312,7 +312,7 @@ class TinkerBackend(TrainingBackend):
         out = self._wait(self.client.optim_step(params))
         self.step += 1
         metrics = {"train/lr": params.learning_rate}
-        for key, value in (getattr(out, "metrics", None) or {}).items():
+        for key, value in (out.metrics or {}).items():  # the service's own (grad_norm:mean, ...)
             if "grad_norm" in key:
                 metrics["train/grad_norm"] = float(value)
         return metrics
@@ -326,7 +326,6 @@ class TinkerBackend(TrainingBackend):
         name = f"step_{version:06d}_{int(time.time() * 1000)}"
         try:
             path = self._wait(self.client.save_weights_for_sampler(name)).path
-            self._last_sampler_path = path
             return self._wait(self.service.create_sampling_client(model_path=path))
         except Exception as exc:  # the SDK's errors: the trainer stops rather than sample stale weights
             raise WeightSyncError(f"tinker: saving weights for sampling failed: {exc}") from exc
