@@ -167,7 +167,7 @@ class AgentTrainer:
         workflow = self.workflow
         if self.agent_flow is not None:
             workflow = self._start_gateway()
-        self.rollouts = WorkflowRunner(
+        self.runner = WorkflowRunner(
             workflow,
             self.engine,
             self.train_sampling,
@@ -265,7 +265,7 @@ class AgentTrainer:
         """Greedy accuracy (and reward, lengths, flow metrics) on the held-out tasks at ``step``."""
         with timed("eval") as span:
             episodes = self._loop.run(
-                self.rollouts.run_tasks(
+                self.runner.run_tasks(
                     self.test_tasks, sampling=self.eval_sampling, description=f"eval@{step}"
                 )
             )
@@ -358,7 +358,7 @@ class AgentTrainer:
         done = journaled_jobs(self.journal, step, round, tasks, self.cfg.rollout.group_size)
         self._note_reused(step, round, done)
         return self._loop.run(
-            self.rollouts.run_tasks(
+            self.runner.run_tasks(
                 tasks,
                 group_size=self.cfg.rollout.group_size,
                 sampling=self._sampling(step, round),
@@ -518,7 +518,7 @@ class AgentTrainer:
         loop (the steps' rollouts, evals and refills reach the loop through ``RunLoop.run``)."""
         r = self.cfg.rollout
         producer = RolloutProducer(
-            self.rollouts,
+            self.runner,
             self._sample_ahead,
             self._resample,
             start=start_step,

@@ -88,7 +88,7 @@ class RolloutProducer:
 
     def __init__(
         self,
-        rollouts: WorkflowRunner,
+        runner: WorkflowRunner,
         sample_step: Callable[[int], Awaitable[list[Episode]]],
         resample: Callable[[int, int, int], Awaitable[Episode]],
         *,
@@ -101,7 +101,7 @@ class RolloutProducer:
     ) -> None:
         if max_staleness < 1:
             raise ValueError("the rollout producer runs ahead by max_staleness >= 1 steps")
-        self.rollouts, self.sample_step, self.resample = rollouts, sample_step, resample
+        self.runner, self.sample_step, self.resample = runner, sample_step, resample
         self.start, self.end = start, end
         self.version, self.max_staleness, self.partial = version, max_staleness, partial
         self._slots = asyncio.Semaphore(max_concurrency)
@@ -146,7 +146,7 @@ class RolloutProducer:
             await self._open.wait()  # closed while a sync without partial rollouts drains the pool
             self._busy(+1)
             try:
-                return await self.rollouts.run_episode(task, sampling=params)
+                return await self.runner.run_episode(task, sampling=params)
             finally:
                 self._busy(-1)
 
@@ -155,7 +155,7 @@ class RolloutProducer:
             await self._open.wait()  # closed while a sync without partial rollouts drains the pool
             self._busy(+1)
             try:
-                episode = await self.rollouts.run_episode(task, sampling=params)
+                episode = await self.runner.run_episode(task, sampling=params)
             finally:
                 self._busy(-1)
         if self.on_episode is not None:

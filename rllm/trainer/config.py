@@ -265,6 +265,11 @@ def _plugin_section(base: type[_S], tag: str, name: str, options: Any) -> type[_
     key = (base, name, options)
     if key not in _PLUGIN_SECTIONS:
         fields: dict[str, Any] = {tag: (Literal[name], name)}  # type: ignore[valid-type]
+        if options is not None and name in base.model_fields:
+            raise TypeError(
+                f"plug-in {name!r} has options, and its section already has a key {name!r}: register it "
+                "under another name"
+            )
         if options is not None:
             if not (isinstance(options, type) and issubclass(options, BaseModel)):
                 raise TypeError(f"plug-in {name!r}: options must be a pydantic model class, not {options!r}")

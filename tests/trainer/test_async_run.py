@@ -89,7 +89,7 @@ def test_a_sample_older_than_the_bound_is_dropped_and_sampled_again(vocab_model:
     3: every episode is too old for max_staleness=1, is dropped and re-sampled (counted), and after three
     rounds the producer refuses to train on it."""
     engine = LocalEngine.from_pretrained(str(vocab_model), device="cpu", dtype="float32")
-    rollouts = WorkflowRunner(answer_workflow, engine, SamplingParams(max_tokens=1), show_progress=False)
+    runner = WorkflowRunner(answer_workflow, engine, SamplingParams(max_tokens=1), show_progress=False)
     loop = RunLoop()
 
     async def main() -> None:
@@ -100,7 +100,7 @@ def test_a_sample_older_than_the_bound_is_dropped_and_sampled_again(vocab_model:
             return await producer.run_job(TASKS[0], SamplingParams(max_tokens=1, seed=round))
 
         producer = RolloutProducer(
-            rollouts, sample_step, resample, start=3, end=4, version=3, max_staleness=1, max_concurrency=4
+            runner, sample_step, resample, start=3, end=4, version=3, max_staleness=1, max_concurrency=4
         )
         producer.start_producing()
         try:
