@@ -94,10 +94,11 @@ def test_the_upstream_call_timeout_is_config() -> None:
     from rllm.trainer.config import TrainConfig
     from rllm.utils.config import load_config
 
-    assert load_config(TrainConfig, None, []).inference.vllm.call_timeout_s == 600.0
+    vllm = ["inference.engine=vllm"]
+    assert load_config(TrainConfig, None, vllm).inference.vllm.call_timeout_s == 600.0
     for bad in ("0", "-1", "inf"):
         with pytest.raises(Exception, match="call_timeout_s"):
-            load_config(TrainConfig, None, [f"inference.vllm.call_timeout_s={bad}"])
+            load_config(TrainConfig, None, [*vllm, f"inference.vllm.call_timeout_s={bad}"])
 
 
 def test_no_upstream_answer_is_an_upstream_error() -> None:
