@@ -15,9 +15,10 @@ import argparse
 import importlib.util
 import logging
 import os
-import socket
 import sys
 from typing import Any
+
+from rllm.cli._ports import port_taken
 
 logger = logging.getLogger(__name__)
 
@@ -98,15 +99,7 @@ def run_serve_tinker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    try:  # a taken port is a one-line error, not uvicorn's traceback
-        with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((args.host, args.port))
-    except OSError as exc:
-        print(
-            f"rllm serve tinker: cannot listen on {args.host}:{args.port} ({exc.strerror}): pass another --port",
-            file=sys.stderr,
-        )
+    if port_taken("rllm serve tinker", args.host, args.port):
         return 2
     try:  # the optional extra: a one-line error, not an ImportError traceback
         import tinker  # noqa: F401

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import socket
-import sys
 from pathlib import Path
 from typing import Any
+
+from rllm.cli._ports import port_taken
 
 logger = logging.getLogger(__name__)
 
@@ -55,15 +55,7 @@ def run_ui(args: argparse.Namespace) -> int:
     from rllm.ui.app import create_app
 
     store = args.store or default_store_path()
-    try:  # a taken port is a one-line error, not uvicorn's traceback
-        with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((args.host, args.port))
-    except OSError as exc:
-        print(
-            f"rllm ui: cannot listen on {args.host}:{args.port} ({exc.strerror}): pass another --port",
-            file=sys.stderr,
-        )
+    if port_taken("rllm ui", args.host, args.port):
         return 2
     if not store.exists():
         logger.info(
