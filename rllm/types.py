@@ -305,3 +305,10 @@ class TrainBatch(BaseModel):
     @property
     def num_response_tokens(self) -> int:
         return sum(s.num_response_tokens for s in self.sequences)
+
+    def loss_norms(self) -> tuple[float, float]:
+        """The loss mean's denominators ``(tokens, sequences)``: ``loss_norm_*`` when set, else this batch's
+        trained tokens and the sequences that have any (what every backend divides by)."""
+        tokens = self.loss_norm_tokens or float(self.num_response_tokens)
+        sequences = self.loss_norm_sequences or float(sum(1 for s in self.sequences if s.num_response_tokens))
+        return tokens, sequences

@@ -6,6 +6,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rllm.inference.chat_template import ChatRenderer
+
 
 class SamplingParams(BaseModel):
     """Sampling settings for one request. ``top_k=0`` and ``top_p=1.0`` switch those filters off;
@@ -144,13 +146,26 @@ class InferenceEngine(Protocol):
 
 
 class EngineBase:
-    """Defaults for the members of :class:`InferenceEngine` an engine without that capability has."""
+    """Defaults for the members of :class:`InferenceEngine` an engine without that capability has, and the
+    one chat rendering every engine with a Hugging Face ``tokenizer`` shares."""
 
+    tool_format: str = "hermes"  # how tool calls and tool lists become text in the prompt
+    _renderer: Any = None  # the ChatRenderer, made on first use
     batch_wait_s: float = 0.0
     keep_versions: int = 1
     gateway_urls: list[str] = []  # noqa: RUF012 (read-only default; an engine with a gateway sets its own)
     trace_store: Any = None
     context_length: int | None = None
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
+        """Prompt ids for OpenAI-format ``messages`` (+ ``tools``), rendered as the gateway renders them: tool
+        calls, tool results and a tool list the template ignores become text in ``tool_format`` (see
+        ``ChatRenderer``)."""
+        if self._renderer is None:
+            self._renderer = ChatRenderer(self.tokenizer, tool_format=self.tool_format)  # type: ignore[attr-defined]
+        return self._renderer.render_ids(messages, tools=tools)  # type: ignore[no-any-return]
 
     def load_weights(self, named_tensors: Any, *, version: int) -> None:
         raise WeightSyncError(f"engine {type(self).__name__} does not take weights as tensors")

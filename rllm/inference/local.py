@@ -33,7 +33,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
 from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams
-from rllm.inference.chat_template import ChatRenderer
 from rllm.inference.constraints import TokenConstraint
 from rllm.inference.sampling import sample_tokens
 
@@ -122,7 +121,6 @@ class LocalEngine(EngineBase):
         # none has arrived for batch_wait_ms lets them join one batch instead of the first running alone.
         self.batch_wait_s = batch_wait_ms / 1000.0
         self.weight_version = 0
-        self._renderer: Any = None  # the ChatRenderer, made on first use
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._seed_rng = torch.Generator().manual_seed(seed)
@@ -144,15 +142,6 @@ class LocalEngine(EngineBase):
         return cls(model, tokenizer, **kwargs)
 
     # ------------------------------------------------------------------ public API
-    def apply_chat_template(
-        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
-    ) -> list[int]:
-        """Prompt ids for OpenAI-format ``messages`` (+ ``tools``), rendered as the gateway renders them: tool
-        calls, tool results and a tool list the template ignores become Hermes text (see ``ChatRenderer``)."""
-        if self._renderer is None:
-            self._renderer = ChatRenderer(self.tokenizer)
-        return self._renderer.render_ids(messages, tools=tools)
-
     async def generate(
         self,
         prompt_ids: list[int],

@@ -42,6 +42,26 @@ class _Section(BaseModel):
 _S = TypeVar("_S", bound=BaseModel)
 
 
+class _PluginSection(_Section):
+    """A section whose ``config_tag`` key names a plug-in of ``plugins`` (``backend.name``,
+    ``inference.engine``): its variants are these keys plus each plug-in's own options section."""
+
+    config_tag: ClassVar[str] = "name"
+    plugins: ClassVar[Registry[Any]]
+
+    @classmethod
+    def config_variants(cls) -> dict[str, type[_PluginSection]]:
+        """The section of each registered plug-in (read by ``rllm.utils.config`` and the validator)."""
+        tag = cls.config_tag
+        return {p.name: _plugin_section(cls, tag, p.name, p.options) for p in cls.plugins.plugins()}
+
+    @property
+    def options(self) -> BaseModel | None:
+        """The named plug-in's own options (``<section>.<name>.*``), or None when it registered none."""
+        value = getattr(self, getattr(self, self.config_tag), None)
+        return value if isinstance(value, BaseModel) else None
+
+
 class ModelConfig(_Section):
     path: str = Field(
         "smollm2-135m",
@@ -108,9 +128,11 @@ class DistributedConfig(_Section):
     )
 
 
-class BackendConfig(_Section):
+class BackendConfig(_PluginSection):
     """``backend.*``: the keys every backend shares, then ``backend.<name>.*``, the options model the backend
     named by ``backend.name`` registered (``rllm.trainer.backends.BACKENDS``)."""
+
+    plugins: ClassVar[Registry[Any]] = BACKENDS
 
     name: str = Field(
         "local",
@@ -144,17 +166,6 @@ class BackendConfig(_Section):
         description="Behaviour logprobs for the ratio: the inference engine's ('rollout') or a trainer forward "
         "pass before the update ('recompute').",
     )
-
-    @classmethod
-    def config_variants(cls) -> dict[str, type[BackendConfig]]:
-        """The section of each registered backend: these keys plus its own options (``backend.<name>``)."""
-        return {p.name: _plugin_section(cls, "name", p.name, p.options) for p in BACKENDS.plugins()}
-
-    @property
-    def options(self) -> BaseModel | None:
-        """The named backend's own options (``backend.<name>.*``), or None when it registered none."""
-        value = getattr(self, self.name, None)
-        return value if isinstance(value, BaseModel) else None
 
 
 class VLLMServerSettings(_Section):
@@ -225,11 +236,12 @@ class VLLMPoolConfig(_Section):
     )
 
 
-class InferenceConfig(_Section):
+class InferenceConfig(_PluginSection):
     """``inference.*``: the engine's name, the local engine's two keys, then ``inference.<engine>.*``, the
     options model the engine registered (``rllm.trainer.engines.ENGINES``)."""
 
     config_tag: ClassVar[str] = "engine"
+    plugins: ClassVar[Registry[Any]] = ENGINES
 
     engine: str = Field(
         "local",
@@ -243,17 +255,6 @@ class InferenceConfig(_Section):
     max_batch_rows: int = Field(
         128, gt=0, description="Local engine: most sequences decoded together in one batch."
     )
-
-    @classmethod
-    def config_variants(cls) -> dict[str, type[InferenceConfig]]:
-        """The section of each registered engine: these keys plus its own options (``inference.<name>``)."""
-        return {p.name: _plugin_section(cls, "engine", p.name, p.options) for p in ENGINES.plugins()}
-
-    @property
-    def options(self) -> BaseModel | None:
-        """The named engine's own options (``inference.<engine>.*``), or None when it registered none."""
-        value = getattr(self, self.engine, None)
-        return value if isinstance(value, BaseModel) else None
 
 
 _PLUGIN_SECTIONS: dict[tuple[type, str, Any], type[BaseModel]] = {}
@@ -635,30 +636,26 @@ class TrainerConfig(_Section):
 
 
 def _validate_plugin_section(
-    base: type[_S], tag: str, value: Any, handler: ValidatorFunctionWrapHandler
+    base: type[_PluginSection], value: Any, handler: ValidatorFunctionWrapHandler
 ) -> Any:
-    """Validate a ``base`` section (backend, inference) as the variant its ``tag`` names: the plug-in's
-    own options become its ``<name>`` key; an unknown name is refused with the registry's did-you-mean."""
+    """Validate a ``base`` section (backend, inference) as the variant its ``config_tag`` names: the
+    plug-in's own options become its ``<name>`` key; an unknown name is refused with a did-you-mean."""
     if isinstance(value, base):
         if type(value) is not base:
             return value
         value = value.model_dump(exclude_unset=True)
     if not isinstance(value, dict):
         return handler(value)  # pydantic's own "expects a mapping" error
+    tag = base.config_tag
     name = value.get(tag, base.model_fields[tag].default)
-    variants = base.config_variants()  # type: ignore[attr-defined]
+    variants = base.config_variants()
     if not isinstance(name, str) or name not in variants:
-        registry = _registry_of(base)
-        message = unknown_name(registry.kind, name, registry.names())
+        message = unknown_name(base.plugins.kind, name, base.plugins.names())
         error = PydanticCustomError("unknown_name", "{message}", {"message": message})
         raise ValidationError.from_exception_data(
             base.__name__, [{"type": error, "loc": (tag,), "input": name}]
         )
     return variants[name].model_validate(value)
-
-
-def _registry_of(base: type) -> Any:
-    return BACKENDS if base is BackendConfig else ENGINES
 
 
 class TrainConfig(_Section):
@@ -702,13 +699,13 @@ class TrainConfig(_Section):
     @classmethod
     def _backend_owns_its_options(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         """Validate the section with the options model of the backend it names."""
-        return _validate_plugin_section(BackendConfig, "name", value, handler)
+        return _validate_plugin_section(BackendConfig, value, handler)
 
     @field_validator("inference", mode="wrap")
     @classmethod
     def _engine_owns_its_options(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         """Validate the section with the options model of the engine it names."""
-        return _validate_plugin_section(InferenceConfig, "engine", value, handler)
+        return _validate_plugin_section(InferenceConfig, value, handler)
 
     @field_validator("workflow", mode="wrap")
     @classmethod

@@ -51,7 +51,6 @@ from rllm.gateway.pool import GatewayProcesses, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
 from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams, WeightSyncError
-from rllm.inference.chat_template import ChatRenderer
 from rllm.inference.lora_probe import check_max_lora_rank
 from rllm.inference.vllm_server import (
     MAX_LORA_RANKS,
@@ -261,7 +260,6 @@ class VLLMPoolEngine(EngineBase):
         self.trace_store: TraceStore | None = None
         self.tokenizer: Any = None
         self.pad_id = 0
-        self._renderer: Any = None
         self._upstream: HTTPUpstream | None = None
         self._gateway: GatewayServer | None = None
         self._gateway_procs: GatewayProcesses | None = None
@@ -471,14 +469,6 @@ class VLLMPoolEngine(EngineBase):
         self.close()
 
     # ------------------------------------------------------------------ sampling
-    def apply_chat_template(
-        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
-    ) -> list[int]:
-        """Prompt ids for OpenAI-format messages, rendered here exactly as the gateway's local upstream does."""
-        if self._renderer is None:
-            self._renderer = ChatRenderer(self.tokenizer, tool_format=self.tool_format)
-        return self._renderer.render_ids(messages, tools=tools)
-
     async def _post(self, url: str, body: dict[str, Any]) -> tuple[int, Any]:
         """POST JSON through a client session shared by this event loop's concurrent calls: made by the
         first, closed by the last to finish (a loop that ends, as ``asyncio.run``'s does, leaves none open)."""

@@ -21,19 +21,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _serve_cmd(model: Path, port: int) -> list[str]:
+    """``rllm serve tinker --model MODEL --port PORT``, run by this interpreter."""
+    return [sys.executable, "-m", "rllm", "serve", "tinker", "--model", str(model), "--port", str(port)]
+
+
 def test_rllm_serve_tinker_serves_the_sdk(tiny_model_dir: Path, tmp_path: Path) -> None:
     port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "rllm",
-        "serve",
-        "tinker",
-        "--model",
-        str(tiny_model_dir),
-        "--port",
-        str(port),
-    ]
+    cmd = _serve_cmd(tiny_model_dir, port)
     cmd += [
         "--device",
         "cpu",
@@ -81,17 +76,7 @@ def test_a_taken_port_is_a_one_line_error(tiny_model_dir: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rllm",
-                "serve",
-                "tinker",
-                "--model",
-                str(tiny_model_dir),
-                "--port",
-                str(port),
-            ],
+            _serve_cmd(tiny_model_dir, port),
             capture_output=True,
             text=True,
             timeout=60,

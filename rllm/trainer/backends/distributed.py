@@ -305,10 +305,7 @@ class DistributedBackend(TrainingBackend):
         if not batch.sequences:
             raise ValueError("forward_backward got an empty batch; skip the step instead")
         # The whole batch's normalisers, on every shard: Σ_r loss_r is the batch's loss.
-        num_tokens = batch.loss_norm_tokens or float(batch.num_response_tokens)
-        num_seqs = batch.loss_norm_sequences or float(
-            sum(1 for s in batch.sequences if s.num_response_tokens)
-        )
+        num_tokens, num_seqs = batch.loss_norms()
         shards, num_micro, f = self._shards(batch)
 
         def pick(rows: list[list[float]] | None, idx: list[int]) -> list[list[float]] | None:

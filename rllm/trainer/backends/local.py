@@ -332,10 +332,7 @@ class LocalBackend(TrainingBackend):
         """Backward over every micro-batch of ``batch``; returns the un-normalised metric sums (each
         micro-batch's means times its trained tokens), the trained-token total and the summed loss, so
         that a caller holding part of a batch (a distributed rank) can combine them with the others'."""
-        num_tokens = batch.loss_norm_tokens or float(batch.num_response_tokens)
-        num_seqs = batch.loss_norm_sequences or float(
-            sum(1 for s in batch.sequences if s.num_response_tokens)
-        )
+        num_tokens, num_seqs = batch.loss_norms()
         index = {id(s): i for i, s in enumerate(batch.sequences)}
         sums: dict[str, float] = {}
         weight_total = 0.0

@@ -37,9 +37,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from rllm.algorithms.losses import LossConfig, compute_policy_loss
+from rllm.algorithms.losses import LossConfig, aggregate_loss, compute_policy_loss
 from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams, WeightSyncError
-from rllm.inference.chat_template import ChatRenderer
 from rllm.models import BUILTIN_MODELS, resolve_model
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
 from rllm.types import TrainBatch, TrainSequence
@@ -190,23 +189,21 @@ class TinkerBackend(TrainingBackend):
 
     def _scaled_advantages(self, batch: TrainBatch, loss: LossConfig) -> list[list[float]]:
         """Each token's advantage times its weight in rllm's aggregated loss (masked tokens: 0), so that
-        Tinker's sum over tokens is rllm's loss (see the module docstring)."""
+        Tinker's sum over tokens is rllm's loss (see the module docstring). The weight is the derivative of
+        ``aggregate_loss`` by the token's loss (it is linear in them): the one definition of the modes."""
         seqs = batch.sequences
-        masks = [s.loss_mask for s in seqs]
-        n_tokens = float(batch.loss_norm_tokens or sum(sum(m) for m in masks) or 1)
-        n_seqs = float(batch.loss_norm_sequences or len(seqs) or 1)
-        out = []
-        for s, m in zip(seqs, masks):
-            if loss.agg == "token-mean":
-                w = 1.0 / n_tokens
-            elif loss.agg == "seq-mean-token-sum":
-                w = 1.0 / n_seqs
-            elif loss.agg == "seq-mean-token-mean":
-                w = 1.0 / (n_seqs * max(sum(m), 1))
-            else:  # seq-mean-token-sum-norm
-                w = 1.0 / (n_seqs * float(loss.agg_norm_tokens or 1))
-            out.append([a * w * k for a, k in zip(s.advantages, m)])
-        return out
+        num_tokens, num_seqs = batch.loss_norms()
+        unit_BT = torch.ones(len(seqs), max(len(s.input_ids) for s in seqs), requires_grad=True)
+        aggregate_loss(
+            unit_BT,
+            _padded([[float(m) for m in s.loss_mask] for s in seqs]),
+            loss.agg,
+            num_tokens=num_tokens,
+            num_sequences=num_seqs,
+            norm_tokens=loss.agg_norm_tokens,
+        ).backward()
+        weights = unit_BT.grad.tolist()  # type: ignore[union-attr]
+        return [[a * w for a, w in zip(s.advantages, row)] for s, row in zip(seqs, weights)]
 
     @staticmethod
     def _loss_config(loss: LossConfig) -> dict[str, float] | None:
@@ -260,10 +257,9 @@ class TinkerBackend(TrainingBackend):
     ) -> dict[str, float]:
         """rllm's own loss metrics (ratio, approx KL, clip fraction, rollout gap) from the logprobs the
         service computed in the same pass: the same formulas as the local backend's."""
-        T = max(len(s.input_ids) for s in seqs)
 
         def pad(rows: list[list[float]]) -> torch.Tensor:
-            return torch.tensor([r + [0.0] * (T - len(r)) for r in rows], dtype=torch.float32)[:, 1:]
+            return _padded(rows)[:, 1:]
 
         mask = pad([[float(m) for m in s.loss_mask] for s in seqs])
         lp, old = pad(trainer_lp), pad(behaviour)
@@ -366,6 +362,12 @@ class TinkerBackend(TrainingBackend):
         _close_session(self.service, self.opts.timeout_s)
 
 
+def _padded(rows: list[list[float]]) -> torch.Tensor:
+    """``[B, T]`` float32, each row zero-padded to the longest."""
+    T = max(len(r) for r in rows)
+    return torch.tensor([r + [0.0] * (T - len(r)) for r in rows], dtype=torch.float32)
+
+
 def _is_local(name: str) -> bool:
     """A built-in rllm model or a model directory here: its tokenizer loads without the hub."""
     return name in BUILTIN_MODELS or Path(name).is_dir()
@@ -408,14 +410,6 @@ class TinkerEngine(EngineBase):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.weight_version = 0
         self.stats: dict[str, float] = {"calls": 0, "generated_tokens": 0}
-        self._renderer: Any = None
-
-    def apply_chat_template(
-        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
-    ) -> list[int]:
-        if self._renderer is None:
-            self._renderer = ChatRenderer(self.tokenizer)
-        return self._renderer.render_ids(messages, tools=tools)
 
     async def generate(
         self,
