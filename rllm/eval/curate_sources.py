@@ -26,6 +26,7 @@ from rllm.types import Trace
 logger = logging.getLogger(__name__)
 
 _PAGE = 10_000
+_STORE_PAGE = 1000  # the run store's largest page of episodes
 
 
 def _traces_by_session(store: TraceStore) -> dict[str, list[Trace]]:
@@ -51,14 +52,15 @@ def _trace_call(trace: Trace) -> Call | None:
     return Call(list(messages), reply, tokens, trace.request.get("tools") or None)
 
 
-def _roles(session_id: str, traces_by_session: dict[str, list[Trace]]) -> dict[str, list[Trace]]:
-    """The traces of an episode's session (role ``default``) and of its ``{session}:{role}`` sub-sessions."""
-    out: dict[str, list[Trace]] = {}
+def _by_episode(traces_by_session: dict[str, list[Trace]]) -> dict[str, dict[str, list[Trace]]]:
+    """The traces of each possible episode session by role: a session's own calls are role ``default`` of
+    that session, a ``{session}:{role}`` sub-session's are ``role`` of ``{session}``."""
+    out: dict[str, dict[str, list[Trace]]] = defaultdict(dict)
     for sid, traces in traces_by_session.items():
-        if sid == session_id:
-            out.setdefault("default", []).extend(traces)
-        elif sid.startswith(session_id + ":"):
-            out.setdefault(sid[len(session_id) + 1 :], []).extend(traces)
+        out[sid].setdefault("default", []).extend(traces)
+        for i, char in enumerate(sid):
+            if char == ":":
+                out[sid[:i]].setdefault(sid[i + 1 :], []).extend(traces)
     return out
 
 
@@ -81,11 +83,11 @@ def conversations_from_eval(
             raise CurationError(f"{path} is not an `rllm eval` results file (rows lack task_id/session_id)")
         latest[(row["task_id"], int(row["sample"]))] = row  # a re-run failed sample: the later row wins
     with TraceStore(db) as store:
-        by_session = _traces_by_session(store)
+        by_episode = _by_episode(_traces_by_session(store))
     convs: list[Conversation] = []
     for (task_id, sample), row in latest.items():
         failed = row.get("error") is not None
-        for role, traces in _roles(row["session_id"], by_session).items():
+        for role, traces in by_episode.get(row["session_id"], {}).items():
             calls = [c for c in map(_trace_call, traces) if c is not None]
             for messages, tokens, tools in assemble(calls, tool_parser):
                 convs.append(
@@ -109,12 +111,34 @@ def conversations_from_eval(
 # ------------------------------------------------------------------------------------------ runs
 
 
-def _step_call(step: dict[str, Any], traces: dict[str, Trace], tokens_known: bool) -> Call | None:
+class _RunTraces:
+    """A run's trace store (``traces.db``), read one session at a time as steps name their trace: the
+    replies' tool calls and the tools offered, which a journaled step does not keep."""
+
+    def __init__(self, run_dir: Path | None) -> None:
+        db = None if run_dir is None else run_dir / "traces.db"
+        self.store = TraceStore(db) if db is not None and db.is_file() else None
+        self.sessions: dict[str, dict[str, Trace]] = {}
+
+    def get(self, info: dict[str, Any]) -> Trace | None:
+        trace_id, session_id = info.get("trace_id"), info.get("session_id")
+        if self.store is None or not trace_id or not session_id:
+            return None
+        if session_id not in self.sessions:
+            self.sessions[session_id] = {t.trace_id: t for t in self.store.list(session_id)}
+        return self.sessions[session_id].get(trace_id)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
+def _step_call(step: dict[str, Any], traces: _RunTraces, tokens_known: bool) -> Call | None:
     """A journaled step (``Step.model_dump``) or a stored one (the run store's detail) as a call."""
     messages = step.get("messages") or []
     if not messages or any(m.get("raw_prompt") for m in messages):
         return None  # a call made with token ids only: no chat messages to imitate
-    trace = traces.get((step.get("info") or {}).get("trace_id", ""))
+    trace = traces.get(step.get("info") or {})
     text = step["response_text"] if "response_text" in step else step.get("response", "")
     reply = trace.response_message if trace is not None and trace.response_message else None
     mask = step.get("response_mask")
@@ -127,7 +151,7 @@ def _episode_conversations(
     episode: dict[str, Any],
     step: int,
     run_name: str,
-    traces: dict[str, Trace],
+    traces: _RunTraces,
     tool_parser: str,
     start: int,
 ) -> list[Conversation]:
@@ -167,15 +191,6 @@ def _episode_conversations(
     return convs
 
 
-def _trace_index(run_dir: Path) -> dict[str, Trace]:
-    """The run's traces by id (for the replies' tool calls); empty when the run recorded none."""
-    db = run_dir / "traces.db"
-    if not db.is_file():
-        return {}
-    with TraceStore(db) as store:
-        return {t.trace_id: t for traces in _traces_by_session(store).values() for t in traces}
-
-
 def conversations_from_run(
     run: str | Path, *, store: str | Path | None = None, tool_parser: str = "hermes"
 ) -> tuple[list[Conversation], str]:
@@ -203,16 +218,24 @@ def conversations_from_run(
 
 
 def _from_journal(run_dir: Path, tool_parser: str) -> tuple[list[Conversation], str]:
-    traces = _trace_index(run_dir)
+    traces = _RunTraces(run_dir)
     convs: list[Conversation] = []
     episodes = 0
-    with EpisodeJournal(run_dir / "journal.db") as journal:
-        for step in journal.steps():
-            for episode in journal.episodes(step).values():
-                episodes += 1
-                convs += _episode_conversations(
-                    episode.model_dump(mode="json"), step + 1, run_dir.name, traces, tool_parser, len(convs)
-                )
+    try:
+        with EpisodeJournal(run_dir / "journal.db") as journal:
+            for step in journal.steps():
+                for episode in journal.episodes(step).values():
+                    episodes += 1
+                    convs += _episode_conversations(
+                        episode.model_dump(mode="json"),
+                        step + 1,
+                        run_dir.name,
+                        traces,
+                        tool_parser,
+                        len(convs),
+                    )
+    finally:
+        traces.close()
     if not episodes:
         raise CurationError(f"{run_dir} has no finished episodes in its journal yet: nothing to curate")
     return convs, f"source: {run_dir}/journal.db ({episodes} episodes, every one the run finished)"
@@ -224,17 +247,22 @@ def _from_store(
     run_id = next(r["id"] for r in reader.runs() if r["kind"] == "train" and ref in (r["id"], r["name"]))
     convs: list[Conversation] = []
     episodes = 0
-    for step in reader.steps(run_id):
-        offset = 0
-        while True:
-            page = reader.episodes(run_id, EpisodeQuery(step=step, limit=1000, offset=offset))["episodes"]
-            for summary in page:
-                detail = reader.episode(summary["id"])
-                episodes += 1
-                convs += _episode_conversations(detail, step, ref, {}, tool_parser, len(convs))
-            if len(page) < 1000:
-                break
-            offset += 1000
+    traces = _RunTraces(location if location.is_dir() else None)
+    try:
+        for step in reader.steps(run_id):
+            offset = 0
+            while True:
+                query = EpisodeQuery(step=step, limit=_STORE_PAGE, offset=offset)
+                page = reader.episodes(run_id, query)["episodes"]
+                for summary in page:
+                    detail = reader.episode(summary["id"])
+                    episodes += 1
+                    convs += _episode_conversations(detail, step, ref, traces, tool_parser, len(convs))
+                if len(page) < _STORE_PAGE:
+                    break
+                offset += _STORE_PAGE
+    finally:
+        traces.close()
     if not episodes:
         raise CurationError(f"run {ref!r} has no stored episodes in {reader.path}: nothing to curate")
     note = (
