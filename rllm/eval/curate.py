@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rllm.tool_calls import get_tool_parser
+from rllm.tool_calls import ToolParser, get_tool_parser
 
 
 class CurationError(ValueError):
@@ -296,6 +296,11 @@ def _same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
     )
 
 
+def _arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as OpenAI sends them: JSON text (a dict, the Hugging Face form, is encoded)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
 def clean_message(message: dict[str, Any]) -> dict[str, Any]:
     """A message in the OpenAI chat form: role, content, and the tool fields it uses."""
     out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
@@ -306,16 +311,13 @@ def clean_message(message: dict[str, Any]) -> dict[str, Any]:
                 "type": "function",
                 "function": {
                     "name": c["function"]["name"],
-                    "arguments": a
-                    if isinstance(a := c["function"].get("arguments", "{}"), str)
-                    else json.dumps(a),
+                    "arguments": _arguments_text(c["function"].get("arguments", "{}")),
                 },
             }
             for i, c in enumerate(message["tool_calls"])
         ]
-    for key in ("tool_call_id", "name"):
-        if message.get(key) is not None and message["role"] == "tool":
-            out[key] = message[key]
+    if message["role"] == "tool":
+        out.update({k: message[k] for k in ("tool_call_id", "name") if message.get(k) is not None})
     return out
 
 
@@ -370,7 +372,7 @@ def assemble(
     ]
 
 
-def _with_tool_calls(messages: list[dict[str, Any]], parser: Any) -> list[dict[str, Any]]:
+def _with_tool_calls(messages: list[dict[str, Any]], parser: ToolParser) -> list[dict[str, Any]]:
     """Assistant turns whose text holds tool calls, as OpenAI ``tool_calls``: the ids are those of the tool
     results that follow (in order); a turn whose calls do not parse cleanly, or do not match the results
     that follow, keeps its text."""
