@@ -226,10 +226,11 @@ def curate(conversations: list[Conversation], filters: CurateFilters, *, note: s
         raise CurationError(f"no conversations to curate{': ' + note if note else ''}")
     kept, dropped = list(conversations), {}
     for name, keep in _stages(filters):
-        before = len(kept)
-        kept = [c for c in kept if keep(c)]
-        dropped[name] = before - len(kept)
-        _refuse_empty(kept, name, before, len(conversations), filters)
+        passed = [c for c in kept if keep(c)]
+        dropped[name] = len(kept) - len(passed)
+        if not passed:
+            raise CurationError(_removed_all(name, kept, len(conversations), filters))
+        kept = passed
     if filters.dedupe:
         before, kept = len(kept), dedupe(kept)
         dropped["dedupe"] = before - len(kept)
@@ -239,19 +240,25 @@ def curate(conversations: list[Conversation], filters: CurateFilters, *, note: s
     return CurateResult(kept=kept, read=len(conversations), dropped=dropped, note=note)
 
 
-def _refuse_empty(kept: list[Conversation], name: str, before: int, read: int, f: CurateFilters) -> None:
-    if kept or not before:
-        return
+def _removed_all(name: str, before: list[Conversation], read: int, f: CurateFilters) -> str:
+    """The one line that says filter ``name`` removed the last conversations (``before`` it ran)."""
+    n = len(before)
     why = {
         "failed": "every episode read had failed (an error or a time-out)",
-        "--role": f"--role {f.role} matched no trajectory",
-        "--steps": f"--steps matched no recorded step ({_steps_text(f.steps)})",
-        "--min-reward": f"--min-reward {f.min_reward} removed the last {before}",
-        "--correct-only": f"--correct-only removed the last {before} (none was graded correct)",
-        "--min-tokens": f"--min-tokens {f.min_tokens} removed the last {before}",
-        "--max-tokens": f"--max-tokens {f.max_tokens} removed the last {before}",
+        "--role": f"--role {f.role} matched none (roles read: {', '.join(sorted({c.role for c in before}))})",
+        "--steps": f"--steps {_steps_text(f.steps)} matched none (steps read: "
+        f"{_range_text(sorted({c.step for c in before if c.step is not None}))})",
+        "--min-reward": f"--min-reward {f.min_reward} removed the last {n} (highest reward "
+        f"{max(c.reward for c in before):g})",
+        "--correct-only": f"--correct-only removed the last {n} (none was graded correct)",
+        "--min-tokens": f"--min-tokens {f.min_tokens} removed the last {n}",
+        "--max-tokens": f"--max-tokens {f.max_tokens} removed the last {n}",
     }[name]
-    raise CurationError(f"nothing left to write: {why} of {read} conversations read; loosen that filter")
+    return f"nothing left to write: {why}, of {read} conversations read; loosen that filter"
+
+
+def _range_text(steps: list[int]) -> str:
+    return "none" if not steps else f"{steps[0]}" if len(steps) == 1 else f"{steps[0]} to {steps[-1]}"
 
 
 def _steps_text(steps: tuple[int | None, int | None] | None) -> str:

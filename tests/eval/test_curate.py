@@ -177,9 +177,13 @@ def test_each_filter_drops_what_it_says(eval_results: Path) -> None:
     assert "read 36 conversations" in text and "dropped by --best-of: 8" in text and "of 4 tasks" in text
 
     # Nothing left: the message names the filter that removed the last ones.
-    with pytest.raises(CurationError, match=r"--min-reward 2.0 removed the last 36 of 36"):
+    with pytest.raises(
+        CurationError, match=r"--min-reward 2.0 removed the last 36 \(highest reward 1\), of 36"
+    ):
         curate(convs, CurateFilters(min_reward=2.0))
-    with pytest.raises(CurationError, match="--role coder matched no trajectory"):
+    with pytest.raises(
+        CurationError, match=r"--role coder matched none \(roles read: default, judge, solver\)"
+    ):
         curate(convs, CurateFilters(role="coder"))
 
 
@@ -307,6 +311,8 @@ def test_from_run_reads_every_journaled_episode(train_run: Path, capsys: pytest.
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 8 and {r["source"] for r in rows} == {"run:job@2"}
     assert "dropped by --steps: 8" in printed and f"wrote {out}" in printed
+    with pytest.raises(CurationError, match=r"--steps 5: matched none \(steps read: 1 to 2\)"):
+        curate(convs, CurateFilters(steps=(5, None)))
     assert all(r["messages"][-1]["role"] == "assistant" for r in rows)
 
     # Without its journal, the run store's sample of episodes is what there is, and the summary says so.
@@ -343,7 +349,7 @@ def test_cli_errors_are_one_line(eval_results: Path, tmp_path: Path, capsys: pyt
     text = err(
         ["dataset", "from-eval", str(eval_results), "--min-reward", "3", "-o", str(tmp_path / "x.jsonl")]
     )
-    assert "--min-reward 3.0 removed the last 36 of 36 conversations read" in text
+    assert "--min-reward 3.0 removed the last 36 (highest reward 1), of 36 conversations read" in text
     assert not (tmp_path / "x.jsonl").exists()  # nothing written
     assert "--steps takes A:B" in err(["dataset", "from-run", str(tmp_path), "--steps", "two"])
     assert "no journal.db" in err(["dataset", "from-run", str(tmp_path)])
