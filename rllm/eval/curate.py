@@ -47,8 +47,8 @@ class CurationError(ValueError):
 class Conversation:
     """One recorded conversation that ends with the model's reply, with the verdict on its episode.
 
-    ``reward`` is the role's reward when the episode gave the role one (solver-judge), else the episode's;
-    ``is_correct`` is the episode's. ``response_tokens`` counts the tokens the model sampled in its replies
+    ``reward`` is the role's reward when the episode gave the role one (a run's solver-judge episode), else
+    the episode's (an eval's results row holds only that); ``is_correct`` is the episode's. ``response_tokens`` counts the tokens the model sampled in its replies
     (None when the source did not record them: then lengths are measured in characters). ``step`` is the
     training step (as logged, 1-based) for a run, None for an eval. ``failed`` marks an episode that ended
     in an error or a time-out; ``order`` is the position in the source, the last tie-break."""
