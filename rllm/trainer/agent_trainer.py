@@ -41,7 +41,7 @@ from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
 from rllm.trainer.checks import check_config
-from rllm.trainer.config import FlowConfig, TrainConfig
+from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_adapters
 from rllm.trainer.engines import build_engine
 from rllm.trainer.project import config_tasks, load_flow
 from rllm.trainer.recovery import batch_summary, journaled_jobs
@@ -97,6 +97,11 @@ class AgentTrainer:
         # An @rllm.rollout flow talks to the model over HTTP: the trainer serves its engine behind an
         # embedded gateway and runs the flow through a GatewayWorkflow (one session per episode).
         self.agent_flow = workflow if isinstance(workflow, Rollout) else None
+        if config.roles and self.agent_flow is not None:  # see checks._check_roles
+            raise UnsupportedConfigError(
+                f"roles with the @rllm.rollout flow {self.agent_flow.name}: a flow calls the model over HTTP, "
+                "where a call does not name its role, so every role would train one adapter: drop roles"
+            )
         if evaluator is not None and self.agent_flow is None:
             raise TypeError("evaluator= goes with an @rllm.rollout flow; a workflow scores its own episodes")
         self.evaluator = evaluator
@@ -174,6 +179,7 @@ class AgentTrainer:
             max_concurrency=r.max_concurrency,
             timeout_s=r.timeout_s,
             retries=r.retries,
+            adapters=role_adapters(cfg.roles) if cfg.roles else None,  # each role samples its own adapter
         )
 
     def _start_gateway(self) -> Workflow:
@@ -637,7 +643,10 @@ class AgentTrainer:
         result.final_accuracy = accs.get(cfg.trainer.steps)
         result.final_model_dir = self.run_dir / "final_model"
         self.backend.export_model(result.final_model_dir)
-        self.engine.tokenizer.save_pretrained(result.final_model_dir)
+        # With roles, one model per adapter (final_model/<adapter>/), each with the tokenizer.
+        names = adapter_names(cfg.roles)
+        for model_dir in [result.final_model_dir / n for n in names] or [result.final_model_dir]:
+            self.engine.tokenizer.save_pretrained(model_dir)
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             try_plot(self.run_dir)
         return result

@@ -33,6 +33,7 @@ from rllm.utils.metrics import SINKS
 def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     """Refuse, before anything loads, a config the backend cannot honour. One line per problem."""
     _check_capabilities(cfg, capabilities)
+    _check_roles(cfg, capabilities)
     _check_backend(cfg, capabilities)
     _check_plugins(cfg, capabilities)
     _check_old_logprobs(cfg, capabilities)
@@ -82,6 +83,34 @@ def _check_capabilities(cfg: TrainConfig, capabilities: Any) -> None:
     if loss.kl_coef > 0 and not capabilities.kl_to_reference:
         raise UnsupportedConfigError(
             f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0"
+        )
+
+
+def _check_roles(cfg: TrainConfig, capabilities: Any) -> None:
+    """Separate weights per role (``roles``): a LoRA adapter per role, so LoRA, a backend that trains several
+    and an engine that samples from the one a call names. Agent flows (``@rllm.rollout``) call the model over
+    HTTP, where a call does not name its role: refused rather than silently training one adapter."""
+    if not cfg.roles:
+        return
+    if not cfg.lora.enabled:
+        raise UnsupportedConfigError(
+            "roles trains one LoRA adapter per role: set lora.enabled=true (or drop roles)"
+        )
+    if not capabilities.adapters:
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' trains one set of weights, not an adapter per role: drop roles "
+            "(backend.name=local trains them)"
+        )
+    engine = cfg.inference.engine
+    if not engine_capabilities(engine).adapters:
+        raise UnsupportedConfigError(
+            f"inference.engine={engine} cannot sample from a different adapter per call, which roles needs: "
+            "drop roles or pick an engine that serves several adapters"
+        )
+    if cfg.workflow.name == "flow":
+        raise UnsupportedConfigError(
+            "roles with workflow.name=flow: an @rllm.rollout flow calls the model over HTTP, where a call does "
+            "not name its role, so every role would train one adapter: drop roles"
         )
 
 

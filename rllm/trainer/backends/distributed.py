@@ -50,9 +50,10 @@ from rllm.types import TrainBatch
 logger = logging.getLogger(__name__)
 
 # The ranks run LocalBackend's math, so they support what it does, except sharing prompt prefixes: FSDP2 frees a
-# layer's gathered weights after its backward, and the shared-prefix forward needs them for a second pass.
+# layer's gathered weights after its backward, and the shared-prefix forward needs them for a second pass; nor
+# one adapter per role (the roles section): the ranks keep one optimizer and one adapter's state.
 DISTRIBUTED_CAPABILITIES = LOCAL_CAPABILITIES.model_copy(
-    update={"name": "distributed", "share_prefix": False}
+    update={"name": "distributed", "share_prefix": False, "adapters": False}
 )
 
 DRIVER_RNG = "driver_rng.pt"
