@@ -6,9 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rllm.inference.base import Completion, InferenceEngine, SamplingParams
-from rllm.types import Step, Trajectory
-
-DEFAULT_ADAPTER = "default"  # with separate weights per role, the adapter of every role not mapped to one
+from rllm.types import DEFAULT_ADAPTER, Step, Trajectory
 
 
 class RolloutContext:

@@ -40,7 +40,7 @@ from rllm.trainer.async_rollout import Job, RolloutProducer, StaleSamplesError, 
 from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
-from rllm.trainer.checks import check_config
+from rllm.trainer.checks import check_config, check_flow_roles
 from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_adapters
 from rllm.trainer.engines import build_engine
 from rllm.trainer.project import config_tasks, load_flow
@@ -98,10 +98,7 @@ class AgentTrainer:
         # embedded gateway and runs the flow through a GatewayWorkflow (one session per episode).
         self.agent_flow = workflow if isinstance(workflow, Rollout) else None
         if config.roles and self.agent_flow is not None:  # see checks._check_roles
-            raise UnsupportedConfigError(
-                f"roles with the @rllm.rollout flow {self.agent_flow.name}: a flow calls the model over HTTP, "
-                "where a call does not name its role, so every role would train one adapter: drop roles"
-            )
+            check_flow_roles(config)
         if evaluator is not None and self.agent_flow is None:
             raise TypeError("evaluator= goes with an @rllm.rollout flow; a workflow scores its own episodes")
         self.evaluator = evaluator
@@ -200,7 +197,10 @@ class AgentTrainer:
         # HTTP calls of concurrent episodes arrive a few ms apart: let them meet in one batch.
         self.engine.batch_wait_s = self.cfg.rollout.gateway_batch_wait_ms / 1000.0
         self.trace_store = TraceStore(self.run_dir / "traces.db")
-        app = create_app(LocalUpstream(self.engine), self.trace_store, model_name=self.cfg.model.path)
+        # With roles, a call samples from the adapter of its session's role ({episode}:{role}).
+        adapters = role_adapters(self.cfg.roles) if self.cfg.roles else None
+        upstream = LocalUpstream(self.engine, adapters=adapters)
+        app = create_app(upstream, self.trace_store, model_name=self.cfg.model.path)
         self.gateway = GatewayServer(app).start()
         logger.info(
             "agent flow %s runs against the embedded gateway at %s (traces: %s)",

@@ -88,8 +88,7 @@ def _check_capabilities(cfg: TrainConfig, capabilities: Any) -> None:
 
 def _check_roles(cfg: TrainConfig, capabilities: Any) -> None:
     """Separate weights per role (``roles``): a LoRA adapter per role, so LoRA, a backend that trains several
-    and an engine that samples from the one a call names. Agent flows (``@rllm.rollout``) call the model over
-    HTTP, where a call does not name its role: refused rather than silently training one adapter."""
+    and an engine that samples from the one a call names; agent flows only through the embedded gateway."""
     if not cfg.roles:
         return
     if not cfg.lora.enabled:
@@ -108,9 +107,19 @@ def _check_roles(cfg: TrainConfig, capabilities: Any) -> None:
             "drop roles or pick an engine that serves several adapters"
         )
     if cfg.workflow.name == "flow":
+        check_flow_roles(cfg)
+
+
+def check_flow_roles(cfg: TrainConfig) -> None:
+    """An ``@rllm.rollout`` flow with roles: its calls name their role by session (``{episode}:{role}``, the
+    role's base URL), which the trainer's embedded gateway maps to the role's adapter. An engine with its
+    own gateways (a vLLM pool) routes them itself and does not map roles yet: refused, rather than every
+    role silently training one adapter."""
+    engine = cfg.inference.engine
+    if engine_capabilities(engine).own_gateway:
         raise UnsupportedConfigError(
-            "roles with workflow.name=flow: an @rllm.rollout flow calls the model over HTTP, where a call does "
-            "not name its role, so every role would train one adapter: drop roles"
+            f"roles with an @rllm.rollout flow on inference.engine={engine}: its own gateways do not pick an "
+            "adapter per role yet: drop roles, or run the flow on inference.engine=local"
         )
 
 

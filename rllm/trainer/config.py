@@ -28,10 +28,10 @@ from rllm.algorithms.advantages import ADVANTAGE_ESTIMATORS, StdKind
 from rllm.algorithms.losses import LossConfig
 from rllm.algorithms.transforms import Credit, FilterConfig
 from rllm.envs.registry import ENVS
-from rllm.runner.context import DEFAULT_ADAPTER
 from rllm.tools.named import tool_names
 from rllm.trainer.backends import BACKENDS
 from rllm.trainer.engines import ENGINES
+from rllm.types import DEFAULT_ADAPTER
 from rllm.utils.config import did_you_mean, unknown_name
 from rllm.utils.metrics import SINKS
 from rllm.utils.registry import Registry

@@ -9,8 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.gateway.upstreams import LocalUpstream
 from rllm.inference.base import EngineCapabilities, SamplingParams
 from rllm.inference.local import LocalEngine
 from rllm.runner.workflow_runner import WorkflowRunner
@@ -57,10 +62,11 @@ def test_start_up_refuses_what_cannot_train_an_adapter_per_role(monkeypatch: pyt
     one_policy = EngineCapabilities(name="one", weight_transfer="tensors")
     monkeypatch.setattr(checks, "engine_capabilities", lambda name: one_policy)
     assert "cannot sample from a different adapter per call" in _refusal(_cfg(*ROLES))
-    many = one_policy.model_copy(update={"adapters": True})
-    monkeypatch.setattr(checks, "engine_capabilities", lambda name: many)
+    # An agent flow's calls name their role by session, which only the embedded gateway maps to adapters.
+    own_gateways = one_policy.model_copy(update={"adapters": True, "own_gateway": True})
+    monkeypatch.setattr(checks, "engine_capabilities", lambda name: own_gateways)
     flow = _cfg(*ROLES, "workflow.name=flow", "workflow.flow=mypkg.flows:solve")
-    assert "an @rllm.rollout flow calls the model over HTTP" in _refusal(flow)
+    assert "its own gateways do not pick an adapter per role" in _refusal(flow)
 
 
 class AdapterIgnoringRecorder:
@@ -71,6 +77,9 @@ class AdapterIgnoringRecorder:
         self.engine = engine
         self.capabilities = engine.capabilities
         self.calls: list[tuple[list[int], str | None]] = []
+
+    def __getattr__(self, name: str) -> Any:  # tokenizer, weight_version, ...: the engine's own
+        return getattr(self.engine, name)
 
     def apply_chat_template(
         self, messages: list[dict[str, Any]], tools: list[dict] | None = None
@@ -106,6 +115,34 @@ def test_the_runner_names_each_calls_adapter_by_its_role(tiny_model_dir: Path) -
     engine.calls.clear()  # without roles no call names an adapter (engines without adapters take none)
     _run(engine, SingleTurnWorkflow(), None)
     assert [a for _, a in engine.calls] == ["<none>", "<none>"]
+
+
+def test_the_embedded_gateway_names_the_adapter_of_each_sessions_role(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # An @rllm.rollout flow's role calls go to the role's sub-session ({episode}:{role}, the base URL
+    # AgentConfig.role_url(role) gives), the episode's own calls to its session: real HTTP on loopback.
+    engine = AdapterIgnoringRecorder(
+        LocalEngine.from_pretrained(str(tiny_model_dir), device="cpu", dtype="float32")
+    )
+    store = TraceStore(tmp_path / "traces.db")
+    upstream = LocalUpstream(engine, adapters={"solver": "s", "judge": "j"})
+    try:
+        with GatewayServer(create_app(upstream, store, model_name="tiny")) as server:
+            for session in ("ep1:solver", "ep1:judge", "ep1", "ep1:critic"):
+                r = httpx.post(
+                    f"{server.url}/sessions/{session}/v1/chat/completions",
+                    json={
+                        "model": "tiny",
+                        "messages": [{"role": "user", "content": "2 + 3?"}],
+                        "max_tokens": 3,
+                    },
+                    timeout=60,
+                )
+                assert r.status_code == 200, r.text
+    finally:
+        store.close()
+    assert [a for _, a in engine.calls] == ["s", "j", "default", "default"]
 
 
 @pytest.mark.skipif(

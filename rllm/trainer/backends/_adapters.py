@@ -28,10 +28,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from rllm.runner.context import DEFAULT_ADAPTER
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig, adapter_lrs, adapter_names, role_adapters
-from rllm.types import TrainBatch
+from rllm.types import DEFAULT_ADAPTER, TrainBatch
 
 logger = logging.getLogger(__name__)
 

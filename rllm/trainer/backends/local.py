@@ -20,11 +20,10 @@ from rllm.algorithms.losses import (
     entropy_from_logits,
 )
 from rllm.inference.local import left_pad, pick_device
-from rllm.runner.context import DEFAULT_ADAPTER
 from rllm.trainer.backends._adapters import RoleAdapters
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
 from rllm.trainer.config import TrainConfig
-from rllm.types import TrainBatch, TrainSequence
+from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
 
 logger = logging.getLogger(__name__)
 
