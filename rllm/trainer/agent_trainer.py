@@ -66,6 +66,8 @@ class TrainResult:
     initial_accuracy: float | None = None
     final_accuracy: float | None = None
     final_model_dir: Path | None = None
+    # With roles: adapter -> its merged model (final_model/<adapter>/); empty without roles.
+    adapter_models: dict[str, Path] = field(default_factory=dict)
 
 
 class AgentTrainer:
@@ -644,8 +646,8 @@ class AgentTrainer:
         result.final_model_dir = self.run_dir / "final_model"
         self.backend.export_model(result.final_model_dir)
         # With roles, one model per adapter (final_model/<adapter>/), each with the tokenizer.
-        names = adapter_names(cfg.roles)
-        for model_dir in [result.final_model_dir / n for n in names] or [result.final_model_dir]:
+        result.adapter_models = {n: result.final_model_dir / n for n in adapter_names(cfg.roles)}
+        for model_dir in list(result.adapter_models.values()) or [result.final_model_dir]:
             self.engine.tokenizer.save_pretrained(model_dir)
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             try_plot(self.run_dir)

@@ -184,6 +184,7 @@ def test_solver_judge_trains_an_adapter_per_role_end_to_end(tiny_model_dir: Path
     checkpoints = sorted(result.run_dir.glob("**/adapters"))
     assert checkpoints and {p.name for p in checkpoints[-1].iterdir()} == {"default", "solver", "judge"}
     for name in ("default", "solver", "judge"):
+        assert result.adapter_models[name] == result.final_model_dir / name
         assert (result.final_model_dir / name / "config.json").is_file()
         assert (result.final_model_dir / name / "tokenizer_config.json").is_file()
         assert (result.final_model_dir / name / "adapter" / "adapter_model.safetensors").is_file()
