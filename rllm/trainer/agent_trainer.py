@@ -154,10 +154,10 @@ class AgentTrainer:
         if cfg.rollout.max_staleness and caps.keeps_versions:
             # A vLLM pool keeps the adapters of the versions that calls in flight may still be sampling from.
             self.engine.keep_versions = cfg.rollout.max_staleness + 1
-        if self.backend.lora and caps.weight_transfer != "tensors":
+        if self.backend.lora and (caps.weight_transfer != "tensors" or self.backend.adapter_names):
             # Servers in other processes (or a service) start from the base weights; a LoRA run's requests name
             # its adapter, so the version-0 adapter is loaded now: a server that cannot take it fails here,
-            # before any rollout.
+            # before any rollout. With roles every engine is handed the adapters the roles' calls will name.
             self._sync_weights("start-up")
         r = cfg.rollout
         self.train_sampling = SamplingParams(

@@ -177,6 +177,7 @@ def test_solver_judge_trains_an_adapter_per_role_end_to_end(tiny_model_dir: Path
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     for line in lines:  # both roles' rows reached their own adapter, each at its own rate
+        assert line["episodes/failed"] == 0  # every call named an adapter the engine had been given
         assert line["adapter/solver/tokens"] > 0 and line["adapter/judge/tokens"] > 0
         assert "adapter/default/tokens" not in line and line["adapter/default/grad_norm"] == 0
         assert line["adapter/judge/lr"] == pytest.approx(0.01)
