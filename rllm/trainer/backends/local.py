@@ -1,4 +1,5 @@
-"""The local training backend: plain PyTorch on this machine (CPU or one GPU), full fine-tune or LoRA."""
+"""The local training backend: plain PyTorch on this machine (CPU or one GPU), full fine-tune, LoRA, or one LoRA
+adapter per role (the roles section: rllm.trainer.backends._adapters)."""
 
 from __future__ import annotations
 
