@@ -107,6 +107,55 @@ class RoleAdapters:
             self.model.set_adapter(DEFAULT_ADAPTER)
             self._trainable()
 
+    # ------------------------------------------------------------------ forward and backward
+    def _part(self, batch: TrainBatch, idx: list[int]) -> TrainBatch:
+        """The rows ``idx`` of ``batch``, their loss divided by the whole batch's counts (global)."""
+        tokens, sequences = batch.loss_norms()
+        rows = [batch.sequences[i] for i in idx]
+        return TrainBatch(sequences=rows, loss_norm_tokens=tokens, loss_norm_sequences=sequences)
+
+    def accumulate_gradients(
+        self,
+        batch: TrainBatch,
+        accumulate: Callable[..., tuple[dict[str, float], float, float]],
+        loss: Any,
+        old_logprobs: list[list[float]] | None,
+        ref_logprobs: list[list[float]] | None,
+        sink: dict[int, list[float]] | None,
+    ) -> tuple[dict[str, float], float, float, dict[str, float]]:
+        """The backend's ``accumulate`` (``LocalBackend._accumulate_gradients``) over each adapter's rows with
+        that adapter active; returns its metric sums, trained tokens and loss over all of them, and each
+        adapter's ``adapter/<name>/loss`` and ``tokens``."""
+        sums: dict[str, float] = {}
+        weight_total = total_loss = 0.0
+        per_adapter: dict[str, float] = {}
+        for name, idx in self.split(batch):
+            old = [old_logprobs[i] for i in idx] if old_logprobs is not None else None
+            ref = [ref_logprobs[i] for i in idx] if ref_logprobs is not None else None
+            with self.active(name):
+                part_sums, weight, part_loss = accumulate(
+                    self._part(batch, idx), loss, old_logprobs=old, ref_logprobs=ref, logprobs_sink=sink
+                )
+            for k, v in part_sums.items():
+                sums[k] = sums.get(k, 0.0) + v
+            weight_total += weight
+            total_loss += part_loss
+            per_adapter[f"adapter/{name}/loss"] = part_loss
+            per_adapter[f"adapter/{name}/tokens"] = weight
+        return sums, weight_total, total_loss, per_adapter
+
+    def logprobs(
+        self, batch: TrainBatch, compute: Callable[[TrainBatch], list[list[float]]]
+    ) -> list[list[float]]:
+        """``compute`` (the backend's per-token logprobs) of each row under its own adapter, in batch order."""
+        out: list[list[float]] = [[] for _ in batch.sequences]
+        for name, idx in self.split(batch):
+            with self.active(name):
+                rows = compute(self._part(batch, idx))
+            for i, row in zip(idx, rows):
+                out[i] = row
+        return out
+
     # ------------------------------------------------------------------ optimizer
     def optim_step(self) -> dict[str, float]:
         """One AdamW step per adapter over its own clipped gradients (an adapter without rows in this step

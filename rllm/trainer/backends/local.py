@@ -279,15 +279,7 @@ class LocalBackend(TrainingBackend):
     def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> list[list[float]]:
         if self.roles is None or reference:  # the reference is the base, whichever adapter is active
             return self._logprobs(batch, reference=reference)
-        out: list[list[float]] = [[] for _ in batch.sequences]
-        for name, idx in self.roles.split(batch):
-            with self.roles.active(name):
-                rows = self._logprobs(
-                    TrainBatch(sequences=[batch.sequences[i] for i in idx]), reference=False
-                )
-            for i, row in zip(idx, rows):
-                out[i] = row
-        return out
+        return self.roles.logprobs(batch, lambda part: self._logprobs(part, reference=False))
 
     def _logprobs(self, batch: TrainBatch, *, reference: bool) -> list[list[float]]:
         out: dict[int, list[float]] = {}
@@ -339,49 +331,14 @@ class LocalBackend(TrainingBackend):
             )
             out: dict[str, float] = {}
         else:
-            sums, weight_total, total_loss, out = self._accumulate_per_adapter(
-                batch, loss, old_logprobs, ref_logprobs, sink
+            sums, weight_total, total_loss, out = self.roles.accumulate_gradients(
+                batch, self._accumulate_gradients, loss, old_logprobs, ref_logprobs, sink
             )
         if logprobs_out is not None and sink is not None:
             logprobs_out[:] = [sink[id(s)] for s in batch.sequences]
         out.update({f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()})
         out["train/loss"] = total_loss
         return out
-
-    def _accumulate_per_adapter(
-        self,
-        batch: TrainBatch,
-        loss: LossConfig,
-        old_logprobs: list[list[float]] | None,
-        ref_logprobs: list[list[float]] | None,
-        sink: dict[int, list[float]] | None,
-    ) -> tuple[dict[str, float], float, float, dict[str, float]]:
-        """:meth:`_accumulate_gradients` over each adapter's rows with that adapter active, every part
-        divided by the whole batch's counts (see ``rllm.trainer.backends._adapters`` for why global)."""
-        assert self.roles is not None
-        num_tokens, num_seqs = batch.loss_norms()
-        sums: dict[str, float] = {}
-        weight_total = total_loss = 0.0
-        per_adapter: dict[str, float] = {}
-        for name, idx in self.roles.split(batch):
-            part = TrainBatch(
-                sequences=[batch.sequences[i] for i in idx],
-                loss_norm_tokens=num_tokens,
-                loss_norm_sequences=num_seqs,
-            )
-            old = [old_logprobs[i] for i in idx] if old_logprobs is not None else None
-            ref = [ref_logprobs[i] for i in idx] if ref_logprobs is not None else None
-            with self.roles.active(name):
-                part_sums, weight, part_loss = self._accumulate_gradients(
-                    part, loss, old_logprobs=old, ref_logprobs=ref, logprobs_sink=sink
-                )
-            for k, v in part_sums.items():
-                sums[k] = sums.get(k, 0.0) + v
-            weight_total += weight
-            total_loss += part_loss
-            per_adapter[f"adapter/{name}/loss"] = part_loss
-            per_adapter[f"adapter/{name}/tokens"] = weight
-        return sums, weight_total, total_loss, per_adapter
 
     def _accumulate_gradients(
         self,
