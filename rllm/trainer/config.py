@@ -725,6 +725,7 @@ class TrainConfig(_Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     roles: dict[str, RoleConfig] = Field(
         default_factory=dict,
+        json_schema_extra={"key_name": "role"},  # --help-config lists roles.<role>.adapter, roles.<role>.lr
         description="Separate weights per role: roles.<role>.adapter names the LoRA adapter a role (a "
         "trajectory name, e.g. solver, judge) samples with and trains, roles.<role>.lr its optional learning "
         "rate; roles not listed use the adapter 'default'. Empty: one set of weights. Needs lora.enabled=true "

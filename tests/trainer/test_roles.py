@@ -23,7 +23,7 @@ from rllm.trainer import checks
 from rllm.trainer.backends import backend_capabilities
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig, adapter_lrs, adapter_names
-from rllm.utils.config import ConfigError, load_config
+from rllm.utils.config import ConfigError, describe_config, load_config
 from rllm.workflows.single_turn import SingleTurnWorkflow
 from rllm.workflows.solver_judge import SolverJudgeWorkflow
 
@@ -51,6 +51,8 @@ def test_the_roles_section() -> None:
         _cfg(*ROLES, "roles.solver.adapter=judge", "roles.solver.lr=1", "roles.judge.lr=2")
     with pytest.raises(ConfigError, match="did you mean 'roles.solver.adapter'"):
         _cfg("roles.solver.adaptr=x")
+    listed = [line.split()[0] for line in describe_config(TrainConfig).splitlines()]
+    assert {"roles", "roles.<role>.adapter", "roles.<role>.lr"} <= set(listed)  # rllm train --help-config
 
 
 def test_start_up_refuses_what_cannot_train_an_adapter_per_role(monkeypatch: pytest.MonkeyPatch) -> None:
