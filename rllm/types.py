@@ -238,6 +238,10 @@ class Trace(BaseModel):
         return data
 
 
+# Separate weights per role: the adapter of every role (trajectory name) the run's roles do not map to one.
+DEFAULT_ADAPTER = "default"
+
+
 def finite_logprob(lp: float) -> float:
     """JSON has no infinities: ``-inf`` (a token the sampling filter had excluded) becomes -9999.0, as in
     vLLM's API."""

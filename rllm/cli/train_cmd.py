@@ -210,6 +210,7 @@ def format_summary(result: TrainResult, *, num_test_tasks: int, metrics_path: Pa
     lines += [
         f"run directory      {result.run_dir}",
         f"final model        {result.final_model_dir or 'not written'}",
+        *(f"  adapter {name}".ljust(19) + str(path) for name, path in result.adapter_models.items()),
         f"metrics            {metrics_path or 'not written (add jsonl to trainer.loggers)'}",
     ]
     return "\n".join(lines)

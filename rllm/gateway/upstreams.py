@@ -15,7 +15,7 @@ OpenAI-compatible server) live in :mod:`rllm.gateway.http_upstream`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +24,7 @@ from rllm.inference.base import SamplingParams
 from rllm.inference.chat_template import ChatRenderer
 from rllm.inference.constraints import OneOfTexts, allowed_counts
 from rllm.tool_calls import ForcedCall, get_tool_parser
+from rllm.types import DEFAULT_ADAPTER
 
 
 class UpstreamRequest(BaseModel):
@@ -107,14 +108,27 @@ class Upstream(Protocol):
     async def aclose(self) -> None: ...
 
 
+def session_role(session_id: str) -> str:
+    """The role a gateway session belongs to: ``role`` for an episode's role sub-session
+    ``{episode_id}:{role}``, ``default`` for the episode's own session (as ``traces_to_trajectories``
+    names their trajectories; an episode id has no ':')."""
+    return session_id.split(":", 1)[1] if ":" in session_id else "default"
+
+
 class LocalUpstream:
     """Samples from an in-process :class:`~rllm.inference.local.LocalEngine` (the engine the trainer
-    syncs weights into), so an embedded gateway adds no network hop between gateway and model."""
+    syncs weights into), so an embedded gateway adds no network hop between gateway and model.
+
+    ``adapters`` (separate weights per role: role -> adapter) makes each call sample from the adapter of
+    its session's role (:func:`session_role`; a role not in it uses ``default``)."""
 
     trainable = True
 
-    def __init__(self, engine: Any, *, tool_format: str = "hermes") -> None:
+    def __init__(
+        self, engine: Any, *, tool_format: str = "hermes", adapters: Mapping[str, str] | None = None
+    ) -> None:
         self.engine = engine
+        self.adapters = adapters
         self.name = "local"
         self.renderer = ChatRenderer(engine.tokenizer, tool_format=tool_format)
         self.tool_parser = get_tool_parser(tool_format)
@@ -132,10 +146,12 @@ class LocalUpstream:
             forced_ids, params = self._forced_ids(forced, params)
             if forced.choices:
                 constraint = OneOfTexts(self.engine.tokenizer, forced.choices)
-        if constraint is None:
-            completions = await self.engine.generate(prompt_ids + forced_ids, params)
-        else:
-            completions = await self.engine.generate(prompt_ids + forced_ids, params, constraint=constraint)
+        options: dict[str, Any] = {}  # only what is set: an engine without these takes no such argument
+        if constraint is not None:
+            options["constraint"] = constraint
+        if self.adapters is not None:
+            options["adapter"] = self.adapters.get(session_role(session_id), DEFAULT_ADAPTER)
+        completions = await self.engine.generate(prompt_ids + forced_ids, params, **options)
         parse = (
             request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
         )

@@ -89,6 +89,7 @@ class EngineCapabilities(BaseModel):
     # Async training without LoRA: a full-model sync while calls are in flight (a vLLM pool restarts).
     full_sync_in_flight: bool = True
     keeps_versions: bool = False  # older weight versions stay loaded for calls in flight (keep_versions)
+    adapters: bool = False  # serves several named LoRA adapters at once, picked per call (generate(adapter=))
 
 
 @runtime_checkable

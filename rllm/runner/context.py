@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rllm.inference.base import Completion, InferenceEngine, SamplingParams
-from rllm.types import Step, Trajectory
+from rllm.types import DEFAULT_ADAPTER, Step, Trajectory
 
 
 class RolloutContext:
@@ -15,10 +16,22 @@ class RolloutContext:
     ``trajectory`` names the role (``"solver"``); all trajectories of a role across a task's attempts
     form one advantage group. A workflow with several trajectories of one role in an episode (N
     parallel solvers) tells them apart with ``key`` (``key="solver#2"``; default: the role name).
+
+    ``adapters`` (separate weights per role: role -> adapter name) makes each call sample from its role's
+    adapter (``generate(adapter=...)``; a role not in it uses ``default``); None: the engine's one policy.
     """
 
-    def __init__(self, engine: InferenceEngine, sampling: SamplingParams, *, episode_id: str, task_id: str):
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        sampling: SamplingParams,
+        *,
+        episode_id: str,
+        task_id: str,
+        adapters: Mapping[str, str] | None = None,
+    ):
         self.engine = engine
+        self.adapters = adapters
         self.sampling = sampling
         self.episode_id = episode_id
         self.task_id = task_id
@@ -49,7 +62,11 @@ class RolloutContext:
         if params.n != 1:
             raise ValueError("RolloutContext samples one completion per call; use group_size for n > 1")
         # An engine behind the gateway routes (and traces) by session: one session per episode.
-        route = {"session_id": self.episode_id} if self.engine.capabilities.routes_by_session else {}
+        route: dict[str, Any] = {}
+        if self.engine.capabilities.routes_by_session:
+            route["session_id"] = self.episode_id
+        if self.adapters is not None:  # only then: an engine without adapters takes no adapter= at all
+            route["adapter"] = self.adapters.get(trajectory, DEFAULT_ADAPTER)
         completion = (await self.engine.generate(prompt_ids, params, **route))[0]
         self.record(completion, trajectory=trajectory, key=key, messages=messages or [])
         return completion

@@ -65,7 +65,8 @@ def _failed(episode: Episode, exc: BaseException) -> Outcome:
 
 
 class WorkflowRunner:
-    """Runs a workflow over tasks, ``group_size`` attempts per task, many at once."""
+    """Runs a workflow over tasks, ``group_size`` attempts per task, many at once. ``adapters`` (role ->
+    adapter name, separate weights per role) is handed to every episode's :class:`RolloutContext`."""
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class WorkflowRunner:
         timeout_s: float | None = None,
         retries: int = 0,
         show_progress: bool = True,
+        adapters: Mapping[str, str] | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
@@ -87,6 +89,7 @@ class WorkflowRunner:
         self.timeout_s = timeout_s
         self.retries = retries
         self.show_progress = show_progress
+        self.adapters = adapters
 
     async def run_episode(self, task: dict[str, Any], *, sampling: SamplingParams | None = None) -> Episode:
         """Run one episode, retrying on error/timeout; always returns an Episode."""
@@ -110,7 +113,9 @@ class WorkflowRunner:
 
     async def _attempt(self, task: dict[str, Any], attempt: int, sampling: SamplingParams) -> Episode:
         episode = Episode(task_id=task_id_of(task), task=task, attempt=attempt)
-        ctx = RolloutContext(self.engine, sampling, episode_id=episode.id, task_id=episode.task_id)
+        ctx = RolloutContext(
+            self.engine, sampling, episode_id=episode.id, task_id=episode.task_id, adapters=self.adapters
+        )
         t0 = time.perf_counter()
         try:
             result = await asyncio.wait_for(self.workflow(task, ctx), timeout=self.timeout_s)

@@ -40,8 +40,8 @@ from rllm.trainer.async_rollout import Job, RolloutProducer, StaleSamplesError, 
 from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
-from rllm.trainer.checks import check_config
-from rllm.trainer.config import FlowConfig, TrainConfig
+from rllm.trainer.checks import check_config, check_flow_roles
+from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_adapters
 from rllm.trainer.engines import build_engine
 from rllm.trainer.project import config_tasks, load_flow
 from rllm.trainer.recovery import batch_summary, journaled_jobs
@@ -66,6 +66,8 @@ class TrainResult:
     initial_accuracy: float | None = None
     final_accuracy: float | None = None
     final_model_dir: Path | None = None
+    # With roles: adapter -> its merged model (final_model/<adapter>/); empty without roles.
+    adapter_models: dict[str, Path] = field(default_factory=dict)
 
 
 class AgentTrainer:
@@ -97,6 +99,8 @@ class AgentTrainer:
         # An @rllm.rollout flow talks to the model over HTTP: the trainer serves its engine behind an
         # embedded gateway and runs the flow through a GatewayWorkflow (one session per episode).
         self.agent_flow = workflow if isinstance(workflow, Rollout) else None
+        if config.roles and self.agent_flow is not None:  # see checks._check_roles
+            check_flow_roles(config)
         if evaluator is not None and self.agent_flow is None:
             raise TypeError("evaluator= goes with an @rllm.rollout flow; a workflow scores its own episodes")
         self.evaluator = evaluator
@@ -150,10 +154,10 @@ class AgentTrainer:
         if cfg.rollout.max_staleness and caps.keeps_versions:
             # A vLLM pool keeps the adapters of the versions that calls in flight may still be sampling from.
             self.engine.keep_versions = cfg.rollout.max_staleness + 1
-        if self.backend.lora and caps.weight_transfer != "tensors":
+        if self.backend.lora and (caps.weight_transfer != "tensors" or self.backend.adapter_names):
             # Servers in other processes (or a service) start from the base weights; a LoRA run's requests name
             # its adapter, so the version-0 adapter is loaded now: a server that cannot take it fails here,
-            # before any rollout.
+            # before any rollout. With roles every engine is handed the adapters the roles' calls will name.
             self._sync_weights("start-up")
         r = cfg.rollout
         self.train_sampling = SamplingParams(
@@ -174,6 +178,7 @@ class AgentTrainer:
             max_concurrency=r.max_concurrency,
             timeout_s=r.timeout_s,
             retries=r.retries,
+            adapters=role_adapters(cfg.roles) if cfg.roles else None,  # each role samples its own adapter
         )
 
     def _start_gateway(self) -> Workflow:
@@ -194,7 +199,10 @@ class AgentTrainer:
         # HTTP calls of concurrent episodes arrive a few ms apart: let them meet in one batch.
         self.engine.batch_wait_s = self.cfg.rollout.gateway_batch_wait_ms / 1000.0
         self.trace_store = TraceStore(self.run_dir / "traces.db")
-        app = create_app(LocalUpstream(self.engine), self.trace_store, model_name=self.cfg.model.path)
+        # With roles, a call samples from the adapter of its session's role ({episode}:{role}).
+        adapters = role_adapters(self.cfg.roles) if self.cfg.roles else None
+        upstream = LocalUpstream(self.engine, adapters=adapters)
+        app = create_app(upstream, self.trace_store, model_name=self.cfg.model.path)
         self.gateway = GatewayServer(app).start()
         logger.info(
             "agent flow %s runs against the embedded gateway at %s (traces: %s)",
@@ -637,7 +645,10 @@ class AgentTrainer:
         result.final_accuracy = accs.get(cfg.trainer.steps)
         result.final_model_dir = self.run_dir / "final_model"
         self.backend.export_model(result.final_model_dir)
-        self.engine.tokenizer.save_pretrained(result.final_model_dir)
+        # With roles, one model per adapter (final_model/<adapter>/), each with the tokenizer.
+        result.adapter_models = {n: result.final_model_dir / n for n in adapter_names(cfg.roles)}
+        for model_dir in list(result.adapter_models.values()) or [result.final_model_dir]:
+            self.engine.tokenizer.save_pretrained(model_dir)
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             try_plot(self.run_dir)
         return result

@@ -33,6 +33,7 @@ from rllm.utils.metrics import SINKS
 def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     """Refuse, before anything loads, a config the backend cannot honour. One line per problem."""
     _check_capabilities(cfg, capabilities)
+    _check_roles(cfg, capabilities)
     _check_backend(cfg, capabilities)
     _check_plugins(cfg, capabilities)
     _check_old_logprobs(cfg, capabilities)
@@ -82,6 +83,43 @@ def _check_capabilities(cfg: TrainConfig, capabilities: Any) -> None:
     if loss.kl_coef > 0 and not capabilities.kl_to_reference:
         raise UnsupportedConfigError(
             f"backend '{capabilities.name}' has no KL to a reference: set algorithm.loss.kl_coef=0"
+        )
+
+
+def _check_roles(cfg: TrainConfig, capabilities: Any) -> None:
+    """Separate weights per role (``roles``): a LoRA adapter per role, so LoRA, a backend that trains several
+    and an engine that samples from the one a call names; agent flows only through the embedded gateway."""
+    if not cfg.roles:
+        return
+    if not cfg.lora.enabled:
+        raise UnsupportedConfigError(
+            "roles trains one LoRA adapter per role: set lora.enabled=true (or drop roles)"
+        )
+    if not capabilities.adapters:
+        raise UnsupportedConfigError(
+            f"backend '{capabilities.name}' trains one set of weights, not an adapter per role: drop roles "
+            "(backend.name=local trains them)"
+        )
+    engine = cfg.inference.engine
+    if not engine_capabilities(engine).adapters:
+        raise UnsupportedConfigError(
+            f"inference.engine={engine} cannot sample from a different adapter per call, which roles needs: "
+            "drop roles or pick an engine that serves several adapters"
+        )
+    if cfg.workflow.name == "flow":
+        check_flow_roles(cfg)
+
+
+def check_flow_roles(cfg: TrainConfig) -> None:
+    """An ``@rllm.rollout`` flow with roles: its calls name their role by session (``{episode}:{role}``, the
+    role's base URL), which the trainer's embedded gateway maps to the role's adapter. An engine with its
+    own gateways (a vLLM pool) routes them itself and does not map roles yet: refused, rather than every
+    role silently training one adapter."""
+    engine = cfg.inference.engine
+    if engine_capabilities(engine).own_gateway:
+        raise UnsupportedConfigError(
+            f"roles with an @rllm.rollout flow on inference.engine={engine}: its own gateways do not pick an "
+            "adapter per role yet: drop roles, or run the flow on inference.engine=local"
         )
 
 

@@ -7,6 +7,7 @@ combinations a backend cannot honour are refused at start-up (see ``AgentTrainer
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -30,6 +31,7 @@ from rllm.envs.registry import ENVS
 from rllm.tools.named import tool_names
 from rllm.trainer.backends import BACKENDS
 from rllm.trainer.engines import ENGINES
+from rllm.types import DEFAULT_ADAPTER
 from rllm.utils.config import did_you_mean, unknown_name
 from rllm.utils.metrics import SINKS
 from rllm.utils.registry import Registry
@@ -78,6 +80,53 @@ class LoraConfig(_Section):
         "all-linear",
         description="Modules to adapt: 'all-linear' or a list of module names (e.g. [q_proj, v_proj]).",
     )
+
+
+_ADAPTER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+
+
+class RoleConfig(_Section):
+    """The weights of one role (``roles.<role>.*``; a role is a trajectory name such as ``solver``)."""
+
+    adapter: str = Field(
+        description="The LoRA adapter this role samples with and trains (a name of letters, digits, _ and -); "
+        "roles naming the same adapter share it."
+    )
+    lr: float | None = Field(
+        None,
+        gt=0,
+        description="This adapter's peak learning rate (default optim.lr; same warm-up and schedule); roles "
+        "that share an adapter must not give it two.",
+    )
+
+    @field_validator("adapter")
+    @classmethod
+    def _adapter_name(cls, adapter: str) -> str:
+        # It becomes a PEFT adapter name (a module key: no '.'), a directory (final_model/<adapter>) and a
+        # vLLM LoRA name.
+        if not _ADAPTER_NAME.fullmatch(adapter):
+            raise ValueError(f"adapter name {adapter!r} must be letters, digits, '_' or '-' (e.g. solver)")
+        return adapter
+
+
+def role_adapters(roles: dict[str, RoleConfig]) -> dict[str, str]:
+    """Role (trajectory name) -> the adapter it samples with and trains; roles not listed use ``default``."""
+    return {role: r.adapter for role, r in roles.items()}
+
+
+def adapter_names(roles: dict[str, RoleConfig]) -> list[str]:
+    """Every adapter a run with ``roles`` trains: ``default`` (the unlisted roles') first, then the rest in
+    the order ``roles`` first names them; [] without roles (one set of weights, as always)."""
+    if not roles:
+        return []
+    return list(dict.fromkeys([DEFAULT_ADAPTER, *(r.adapter for r in roles.values())]))
+
+
+def adapter_lrs(roles: dict[str, RoleConfig], default_lr: float) -> dict[str, float]:
+    """Each adapter's peak learning rate: its roles' ``lr``, else ``optim.lr``."""
+    lrs = dict.fromkeys(adapter_names(roles), default_lr)
+    lrs.update({r.adapter: r.lr for r in roles.values() if r.lr is not None})
+    return lrs
 
 
 class OptimConfig(_Section):
@@ -674,6 +723,29 @@ class TrainConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    roles: dict[str, RoleConfig] = Field(
+        default_factory=dict,
+        json_schema_extra={"key_name": "role"},  # --help-config lists roles.<role>.adapter, roles.<role>.lr
+        description="Separate weights per role: roles.<role>.adapter names the LoRA adapter a role (a "
+        "trajectory name, e.g. solver, judge) samples with and trains, roles.<role>.lr its optional learning "
+        "rate; roles not listed use the adapter 'default'. Empty: one set of weights. Needs lora.enabled=true "
+        "and an engine that serves several adapters (docs/agents.md, Separate weights per role).",
+    )
+
+    @field_validator("roles")
+    @classmethod
+    def _one_lr_per_adapter(cls, roles: dict[str, RoleConfig]) -> dict[str, RoleConfig]:
+        seen: dict[str, tuple[str, float]] = {}
+        for role, r in roles.items():
+            if r.lr is None:
+                continue
+            other = seen.setdefault(r.adapter, (role, r.lr))
+            if other[1] != r.lr:
+                raise ValueError(
+                    f"roles.{other[0]}.lr={other[1]:g} and roles.{role}.lr={r.lr:g} give adapter {r.adapter!r} "
+                    "two learning rates: set one (or drop one)"
+                )
+        return roles
 
     @model_validator(mode="before")
     @classmethod

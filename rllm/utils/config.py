@@ -405,6 +405,13 @@ def _walk(
             sub_default = default if isinstance(default, BaseModel) else None
             rows.extend(_walk(sub, key + ".", sub_default))
             rows.extend(_walk_variants(sub, key, sub_default))
+        elif typing.get_origin(sub) in (dict, Mapping) and _is_model(
+            value := _unwrap(typing.get_args(sub)[1])
+        ):
+            # A mapping of sections (roles.<role>.adapter): its keys are the user's, named by the field's
+            # json_schema_extra "key_name".
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            rows.extend(_walk(value, f"{key}.<{extra.get('key_name', 'name')}>."))
     return rows
 
 
@@ -472,7 +479,8 @@ def config_keys(model_cls: type[BaseModel]) -> list[str]:
     """Every dotted key ``model_cls`` accepts, in declaration order.
 
     A nested (or optional nested) model contributes its own key (``lora``, which can be set to null)
-    followed by its fields (``lora.rank``). Keys inside lists or dicts of models are not expanded.
+    followed by its fields (``lora.rank``); a dict of models its key, then the model's fields under a
+    placeholder (``roles.<role>.adapter``). Keys inside lists of models are not expanded.
     """
     return list(dict.fromkeys(key for key, _, _ in _walk(model_cls)))
 

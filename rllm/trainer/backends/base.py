@@ -52,6 +52,9 @@ class BackendCapabilities(BaseModel):
     weight_transfer: frozenset[WeightTransfer] = frozenset({"tensors", "files"})
     # It loads model.path itself (a local or hub model); false: model.path is a name its service resolves.
     loads_model: bool = True
+    # Trains several named LoRA adapters on one base model, one per role (the roles section), each with its
+    # own optimizer: rows train the adapter of their trajectory's role.
+    adapters: bool = False
     # Which backend.* keys it reads beyond backend.name and its own section (the others are refused when set).
     backend_keys: frozenset[str] = frozenset(
         {
@@ -168,10 +171,26 @@ class TrainingBackend(ABC):
         ``changed_only`` and LoRA, only the adapted ones."""
         raise WeightSyncError(f"backend '{self.capabilities.name}' does not hand weights over as tensors")
 
-    def save_adapter(self, path: Path) -> None:
-        """``files``, LoRA: write the current adapter as a PEFT adapter directory (``adapter_config.json`` +
-        ``adapter_model.safetensors``), the format vLLM hot-loads."""
+    def save_adapter(self, path: Path, adapter: str | None = None) -> None:
+        """``files``, LoRA: write the current adapter (with roles: the one named, None = ``default``) as a PEFT
+        adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``), the format vLLM
+        hot-loads."""
         raise WeightSyncError(f"backend '{self.capabilities.name}' does not write adapter files")
+
+    # Separate weights per role (capability ``adapters``, the ``roles`` section).
+    @property
+    def adapter_names(self) -> list[str]:
+        """The adapters this run trains, one per role's adapter (``default`` first); [] without roles."""
+        return []
+
+    def named_adapter_tensors(self, *, changed_only: bool = False) -> dict[str, dict[str, tuple[Any, Any]]]:
+        """``tensors`` with roles: adapter name -> base-model module name of each adapted Linear (plain Hugging
+        Face names, ``...layers.0.self_attn.q_proj``) -> ``(A, B)``, A = lora_A weight ``[r, in]``, B =
+        lora_B weight ``[out, r]``: that Linear's delta is ``adapter_scaling * B @ A``. With ``changed_only``,
+        the adapters an optimizer step changed since the last call."""
+        raise WeightSyncError(f"backend '{self.capabilities.name}' does not hand over one adapter per role")
+
+    adapter_scaling: float = 1.0  # lora.alpha / lora.rank: each adapter's delta is adapter_scaling * B @ A
 
     def sampler_for(self, version: int) -> Any:
         """``service``: a handle the service samples the current weights with, as weight version ``version``
@@ -193,15 +212,19 @@ class TrainingBackend(ABC):
     def sync_weights_to(self, engine: Any) -> None:
         """Make ``engine`` sample from the current weights, as weight version ``self.step``, in the engine's
         transfer mode (see the module docstring): tensors are handed over (only the changed ones after the
-        first sync of a LoRA run); files and services are pulled by the engine's ``sync_from``. Raises
-        :class:`WeightSyncError` when the engine could not take them."""
+        first sync of a LoRA run; with roles, one LoRA adapter per role: ``engine.load_adapters``); files and
+        services are pulled by the engine's ``sync_from``. Raises :class:`WeightSyncError` when the engine
+        could not take them."""
         mode = engine.capabilities.weight_transfer
         if mode not in self.capabilities.weight_transfer:
             raise WeightSyncError(
                 f"backend '{self.capabilities.name}' cannot hand weights over as {mode} "
                 f"(it offers {', '.join(sorted(self.capabilities.weight_transfer))})"
             )
-        if mode == "tensors":
+        if mode == "tensors" and self.adapter_names:  # roles: the engine keeps the base and every adapter
+            adapters = self.named_adapter_tensors(changed_only=self._synced_once)
+            engine.load_adapters(adapters, scaling=self.adapter_scaling, version=self.step)
+        elif mode == "tensors":
             changed_only = self.lora and self._synced_once
             engine.load_weights(self.named_merged_weights(changed_only=changed_only), version=self.step)
         else:

@@ -45,14 +45,15 @@ from rllm.algorithms.losses import LossConfig
 from rllm.trainer.backends.base import TrainingBackend, UnsupportedConfigError
 from rllm.trainer.backends.local import LOCAL_CAPABILITIES
 from rllm.trainer.config import TrainConfig
-from rllm.types import TrainBatch
+from rllm.types import DEFAULT_ADAPTER, TrainBatch
 
 logger = logging.getLogger(__name__)
 
 # The ranks run LocalBackend's math, so they support what it does, except sharing prompt prefixes: FSDP2 frees a
-# layer's gathered weights after its backward, and the shared-prefix forward needs them for a second pass.
+# layer's gathered weights after its backward, and the shared-prefix forward needs them for a second pass; nor
+# one adapter per role (the roles section): the ranks keep one optimizer and one adapter's state.
 DISTRIBUTED_CAPABILITIES = LOCAL_CAPABILITIES.model_copy(
-    update={"name": "distributed", "share_prefix": False}
+    update={"name": "distributed", "share_prefix": False, "adapters": False}
 )
 
 DRIVER_RNG = "driver_rng.pt"
@@ -395,9 +396,11 @@ class DistributedBackend(TrainingBackend):
     def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, torch.Tensor]]:
         return self._all("named_merged_weights", changed_only=changed_only)[0]
 
-    def save_adapter(self, path: Path) -> None:
+    def save_adapter(self, path: Path, adapter: str | None = None) -> None:
         if not self.lora:
             raise UnsupportedConfigError("save_adapter needs a LoRA run (lora.enabled=true)")
+        if adapter not in (None, DEFAULT_ADAPTER):  # no roles here (capability adapters=False): one adapter
+            raise ValueError(f"no adapter {adapter!r}: the distributed backend trains one adapter (default)")
         self._all("save_adapter", str(Path(path).resolve()))
 
     def export_model(self, path: Path) -> None:

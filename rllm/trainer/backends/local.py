@@ -1,4 +1,5 @@
-"""The local training backend: plain PyTorch on this machine (CPU or one GPU), full fine-tune or LoRA."""
+"""The local training backend: plain PyTorch on this machine (CPU or one GPU), full fine-tune, LoRA, or one LoRA
+adapter per role (the roles section: rllm.trainer.backends._adapters)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from rllm.algorithms.losses import (
     entropy_from_logits,
 )
 from rllm.inference.local import left_pad, pick_device
+from rllm.trainer.backends._adapters import RoleAdapters
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
 from rllm.trainer.config import TrainConfig
-from rllm.types import TrainBatch, TrainSequence
+from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ LOCAL_CAPABILITIES = BackendCapabilities(
     recompute_old_logprobs=True,
     bf16_autocast=True,
     devices=frozenset({"cpu", "cuda"}),
+    adapters=True,  # the roles section: one PEFT adapter and one AdamW per role's adapter (rllm.trainer.backends._adapters)
 )
 
 
@@ -107,17 +110,23 @@ class LocalBackend(TrainingBackend):
                 model.enable_input_require_grads()
         self.model = self._wrap_model(model.to(self.device))
         self.model.train()
+        # roles: an adapter per role's adapter name, each with its own optimizer (rllm.trainer.backends._adapters)
+        self.roles = (
+            RoleAdapters(self.model, cfg, self._lr_factor, self.device.type == "cpu") if cfg.roles else None
+        )
+        self.adapter_scaling = cfg.lora.alpha / cfg.lora.rank
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(
-            params,
-            lr=o.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-            fused=self.device.type == "cpu" or None,
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        if self.roles is None:
+            self.optimizer = torch.optim.AdamW(
+                params,
+                lr=o.lr,
+                betas=(o.beta1, o.beta2),
+                eps=o.eps,
+                weight_decay=o.weight_decay,
+                fused=self.device.type == "cpu" or None,
+            )
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
         self._synced_once = False
         logger.info(
@@ -268,6 +277,11 @@ class LocalBackend(TrainingBackend):
     # ------------------------------------------------------------------ primitives
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> list[list[float]]:
+        if self.roles is None or reference:  # the reference is the base, whichever adapter is active
+            return self._logprobs(batch, reference=reference)
+        return self.roles.logprobs(batch, lambda part: self._logprobs(part, reference=False))
+
+    def _logprobs(self, batch: TrainBatch, *, reference: bool) -> list[list[float]]:
         out: dict[int, list[float]] = {}
         index = {id(s): i for i, s in enumerate(batch.sequences)}
         was_training = self.model.training
@@ -311,12 +325,18 @@ class LocalBackend(TrainingBackend):
         if not batch.sequences:
             raise ValueError("forward_backward got an empty batch; skip the step instead")
         sink: dict[int, list[float]] | None = {} if logprobs_out is not None else None
-        sums, weight_total, total_loss = self._accumulate_gradients(
-            batch, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, logprobs_sink=sink
-        )
+        if self.roles is None:
+            sums, weight_total, total_loss = self._accumulate_gradients(
+                batch, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, logprobs_sink=sink
+            )
+            out: dict[str, float] = {}
+        else:
+            sums, weight_total, total_loss, out = self.roles.accumulate_gradients(
+                batch, self._accumulate_gradients, loss, old_logprobs, ref_logprobs, sink
+            )
         if logprobs_out is not None and sink is not None:
             logprobs_out[:] = [sink[id(s)] for s in batch.sequences]
-        out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
+        out.update({f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()})
         out["train/loss"] = total_loss
         return out
 
@@ -438,6 +458,10 @@ class LocalBackend(TrainingBackend):
         )
 
     def optim_step(self) -> dict[str, float]:
+        if self.roles is not None:
+            lr = self.cfg.optim.lr * self._lr_factor(self.step)
+            self.step += 1
+            return {**self.roles.optim_step(), "train/lr": lr}
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = self._clip_gradients(params)
         lr = self.optimizer.param_groups[0]["lr"]
@@ -457,7 +481,10 @@ class LocalBackend(TrainingBackend):
         with warnings.catch_warnings():
             # torch warns when the schedule moves without an optimizer step; here that is the point.
             warnings.simplefilter("ignore", UserWarning)
-            self.scheduler.step()
+            if self.roles is not None:
+                self.roles.skip_step()
+            else:
+                self.scheduler.step()
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
@@ -494,14 +521,33 @@ class LocalBackend(TrainingBackend):
                 out.append((plain, p.detach()))
         return out
 
-    def save_adapter(self, path: Path) -> None:
+    def save_adapter(self, path: Path, adapter: str | None = None) -> None:
         if not self.lora:
             raise UnsupportedConfigError("save_adapter needs a LoRA run (lora.enabled=true)")
-        self.model.save_pretrained(Path(path))
+        if self.roles is not None:
+            self.roles.save_adapter(Path(path), adapter or DEFAULT_ADAPTER)
+        elif adapter not in (None, DEFAULT_ADAPTER):
+            raise ValueError(f"no adapter {adapter!r}: this run has no roles, so one adapter (default)")
+        else:
+            self.model.save_pretrained(Path(path))
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return list(self.roles.names) if self.roles is not None else []
+
+    def named_adapter_tensors(
+        self, *, changed_only: bool = False
+    ) -> dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+        if self.roles is None:
+            raise UnsupportedConfigError("named_adapter_tensors needs roles (one adapter per role)")
+        return self.roles.tensors(changed_only=changed_only)
 
     def export_model(self, path: Path) -> None:
+        """Without roles: ``path`` is the model (LoRA merged). With roles: ``path/<adapter>/`` per adapter."""
         path = Path(path)
-        if self.lora:
+        if self.roles is not None:
+            self.roles.export(path, self.model_path)
+        elif self.lora:
             # Merge into a fresh float32 copy of the original weights (the training copy of the frozen base
             # may be bf16, and peft's merge_and_unload would destroy the adapters we keep training).
             merged = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
@@ -521,11 +567,14 @@ class LocalBackend(TrainingBackend):
     def save_state(self, path: Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path / ("adapter" if self.lora else "model"))
+        if self.roles is not None:  # adapters/<name>/, and every adapter's optimizer and schedule
+            optim_state = self.roles.save_state(path)
+        else:
+            self.model.save_pretrained(path / ("adapter" if self.lora else "model"))
+            optim_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
         torch.save(
             {
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
+                **optim_state,
                 "step": self.step,
                 "rng": {
                     "torch": torch.get_rng_state(),
@@ -538,7 +587,15 @@ class LocalBackend(TrainingBackend):
 
     def load_state(self, path: Path) -> None:
         path = Path(path)
-        if self.lora:
+        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        if self.roles is not None:
+            self.roles.load_state(path, state)
+        elif "adapters" in state:
+            raise UnsupportedConfigError(
+                f"checkpoint {path} holds one adapter per role ({', '.join(state['adapters'])}) but this run "
+                "has no roles: resume with the roles it was saved with"
+            )
+        elif self.lora:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 
@@ -548,8 +605,8 @@ class LocalBackend(TrainingBackend):
         else:
             from safetensors.torch import load_file
 
-            state = load_file(str(path / "model" / "model.safetensors"))
-            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            weights = load_file(str(path / "model" / "model.safetensors"))
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
             real_missing = [
                 m for m in missing if not (m == "lm_head.weight" and self.model.config.tie_word_embeddings)
             ]
@@ -557,9 +614,9 @@ class LocalBackend(TrainingBackend):
                 raise RuntimeError(
                     f"checkpoint does not match model: missing={real_missing} unexpected={unexpected}"
                 )
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if self.roles is None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
