@@ -7,11 +7,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM
 
+from rllm.gateway.app import create_app
+from rllm.gateway.http_upstream import HTTPUpstream
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
 from rllm.inference.base import SamplingParams, WeightSyncError
 from rllm.inference.local import LocalEngine
 
@@ -132,3 +137,37 @@ def test_unknown_adapter_and_mixing_are_refused(setup, tiny_model_dir: Path) -> 
     plain.load_weights([], version=1)
     with pytest.raises(WeightSyncError, match="serves merged weights"):
         plain.load_adapters(tensors, scaling=1.0, version=2)
+
+
+def test_gateway_routes_a_model_name_to_its_adapter(setup, tmp_path: Path) -> None:
+    """Two hops, both real gateways: a front gateway over an HTTP upstream whose adapter map names the
+    worker's adapters (as the vLLM pool's policy names ``{adapter}-v{version}``), and a worker gateway over
+    the engine, which reads ``model="w:<adapter>"``. Each call samples with the adapter its model names."""
+    engine, _, _ = setup
+    prompt = engine.tokenizer.encode(TEXTS[0])
+    direct = {ad: engine.generate_sync(prompt, GREEDY, adapter=ad)[0] for ad in ("a", "b", None)}
+    store, front_store = TraceStore(tmp_path / "w.db"), TraceStore(tmp_path / "front.db")
+    with GatewayServer(create_app(engine, store, model_name="w")) as worker:
+        upstream = HTTPUpstream([worker.url], kind="vllm", model="w", health_interval_s=60)
+        with GatewayServer(create_app(upstream, front_store, model_name="policy")) as front:
+            policy = {"weight_version": 3, "adapters": {"a": "w:a", "b": "w:b"}}
+            assert (
+                httpx.post(f"{front.url}/admin/policy", json=policy).json()["adapters"] == policy["adapters"]
+            )
+            for adapter, model in (("a", "policy:a"), ("b", "policy:b"), (None, "policy")):
+                r = _complete(front.url, model, prompt)
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["token_ids"] == direct[adapter].completion_ids, adapter
+            unknown = _complete(front.url, "policy:c", prompt)
+            assert unknown.status_code == 400
+            assert "unknown adapter 'c': the servers have loaded a, b" in unknown.json()["error"]["message"]
+        on_worker = _complete(worker.url, "w:c", prompt)
+        assert on_worker.status_code == 400
+        assert "unknown adapter 'c': the engine has loaded a, b" in on_worker.json()["error"]["message"]
+    store.close()
+    front_store.close()
+
+
+def _complete(url: str, model: str, prompt: list[int]) -> httpx.Response:
+    body = {"model": model, "prompt": prompt, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    return httpx.post(f"{url}/v1/completions", json=body, timeout=60)

@@ -46,6 +46,9 @@ class UpstreamRequest(BaseModel):
     # False when neither the client nor the session set max_tokens: an engine may then lower the default
     # to what fits in the model's context (as vLLM does) instead of refusing the call.
     max_tokens_given: bool = True
+    # The LoRA adapter to sample with (the client asked for model "<gateway model>:<adapter>"); None: the
+    # upstream's single policy.
+    adapter: str | None = None
 
 
 class UpstreamChoice(BaseModel):
@@ -132,10 +135,17 @@ class LocalUpstream:
             forced_ids, params = self._forced_ids(forced, params)
             if forced.choices:
                 constraint = OneOfTexts(self.engine.tokenizer, forced.choices)
-        if constraint is None:
-            completions = await self.engine.generate(prompt_ids + forced_ids, params)
-        else:
-            completions = await self.engine.generate(prompt_ids + forced_ids, params, constraint=constraint)
+        kwargs: dict[str, Any] = {}
+        if constraint is not None:
+            kwargs["constraint"] = constraint
+        if request.adapter is not None:
+            kwargs["adapter"] = request.adapter
+        try:
+            completions = await self.engine.generate(prompt_ids + forced_ids, params, **kwargs)
+        except ValueError as exc:
+            if request.adapter is None:
+                raise
+            raise UpstreamError(400, str(exc)) from exc  # an unknown adapter, named with the loaded ones
         parse = (
             request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
         )

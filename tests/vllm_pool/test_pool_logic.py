@@ -62,7 +62,8 @@ def test_policy_switch_is_recorded_and_reroutes_are_counted(
     with GatewayServer(create_app(upstream, store, model_name="policy")) as front:
         assert _complete(front.url, "s0").status_code == 200
         r = httpx.post(f"{front.url}/admin/policy", json={"model": "rllm-v1", "weight_version": 1})
-        assert r.status_code == 200 and r.json() == {"model": "rllm-v1", "weight_version": 1}
+        assert r.status_code == 200
+        assert r.json() == {"model": "rllm-v1", "adapters": {}, "weight_version": 1}
         assert upstream.request_body(_request())["model"] == "rllm-v1"
         assert _complete(front.url, "s0").status_code == 200
         assert [t.weight_version for t in store.list("s0")] == [0, 1]
