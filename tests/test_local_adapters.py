@@ -17,7 +17,7 @@ from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.inference.base import SamplingParams, WeightSyncError
+from rllm.inference.base import EngineBase, EngineCapabilities, SamplingParams, WeightSyncError
 from rllm.inference.local import LocalEngine
 
 RANK, ALPHA = 4, 8
@@ -171,3 +171,12 @@ def test_gateway_routes_a_model_name_to_its_adapter(setup, tmp_path: Path) -> No
 def _complete(url: str, model: str, prompt: list[int]) -> httpx.Response:
     body = {"model": model, "prompt": prompt, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
     return httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+
+
+def test_an_engine_without_the_capability_refuses_an_adapter() -> None:
+    class OnePolicy(EngineBase):
+        capabilities = EngineCapabilities(name="one", weight_transfer="tensors")
+
+    OnePolicy().check_adapter(None)
+    with pytest.raises(ValueError, match=r"serves one policy \(capabilities.adapters is false\)"):
+        OnePolicy().check_adapter("solver")

