@@ -6,11 +6,18 @@ for row ``b`` of the batch with adapter ``i = index_B[b]``::
     y_b = base(x_b) + (x_b @ A_i^T) @ (s_i * B_i)^T
 
 with ``A_i`` the adapter's ``lora_A`` weight ``[r, in]``, ``B_i`` its ``lora_B`` weight ``[out, r]`` and ``s_i``
-its scaling (``lora.alpha / lora.rank``, folded into the stored ``B`` once at load time). The adapters of a
-module are stacked (``A_KRI``: ``[K, r_max, in]``, ``B_KOR``: ``[K, out, r_max]``, ranks zero-padded to the
-largest) and gathered by the per-row index, so one decode batch mixes rows of different adapters in two
-batched matmuls (the punica / S-LoRA idea in plain torch). Slot 0 is all zeros: a row without an adapter
-(``index = 0``) gets the base weights only. When no row of a batch has an adapter the delta is skipped.
+its scaling (``lora.alpha / lora.rank``, folded into the stored ``B`` once at load time). The K adapters of
+a module are stacked along the rank (``A_CI``: ``[K * r, in]``, ``B_OC``: ``[out, K * r]``, every rank
+zero-padded to the largest, ``C = K * r``), and each row keeps only its own adapter's ``r`` columns of the
+low-rank activations (a ``[B, C]`` 0/1 mask built from the per-row index)::
+
+    y = base(x) + ((x @ A_CI^T) * mask_BC) @ B_OC^T
+
+so one decode batch mixes rows of different adapters in two dense matmuls per module, the same for every
+row (the punica / S-LoRA idea in plain torch; on CPU, two GEMMs of inner size ``K * r`` beat gathering a
+``[B, r, in]`` copy of the adapters per row and a batched matmul of tiny matrices). Index 0 means no
+adapter: its row's mask is all zeros, so it gets the base weights only. When no row of a batch has an
+adapter the delta is skipped.
 
 :class:`AdapterSet` owns the wrapped modules and the name -> slot map; the engine sets the batch's per-row
 index (:meth:`AdapterSet.set_rows`) before every forward pass, from its decode thread only.
@@ -28,10 +35,11 @@ AdapterTensors = Mapping[str, Mapping[str, tuple[torch.Tensor, torch.Tensor]]]
 
 
 class _RowIndex:
-    """The running batch's adapter slot per row (``[B]`` long tensor), shared by every wrapped module."""
+    """The running batch's mask of low-rank columns per row (``[B, K * r]``), shared by every wrapped
+    module (they all stack the same K adapters at the same padded rank ``r``)."""
 
     def __init__(self) -> None:
-        self.index_B: torch.Tensor | None = None  # None: no row has an adapter (the delta is skipped)
+        self.mask_BC: torch.Tensor | None = None  # None: no row has an adapter (the delta is skipped)
 
 
 class MultiLoRALinear(nn.Module):
@@ -42,19 +50,17 @@ class MultiLoRALinear(nn.Module):
         self.base = base
         self.rows = rows
         dev, dtype = base.weight.device, base.weight.dtype
-        # Slot 0 only (zeros) until load: [K, r, in] and [K, out, r].
-        self.register_buffer("A_KRI", torch.zeros(1, 1, base.in_features, device=dev, dtype=dtype))
-        self.register_buffer("B_KOR", torch.zeros(1, base.out_features, 1, device=dev, dtype=dtype))
+        self.register_buffer("A_CI", torch.zeros(0, base.in_features, device=dev, dtype=dtype))
+        self.register_buffer("B_OC", torch.zeros(base.out_features, 0, device=dev, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
-        index_B = self.rows.index_B
-        if index_B is None:
+        mask_BC = self.rows.mask_BC
+        if mask_BC is None:
             return y
-        # x: [B, T, in]. Gather each row's adapter, then two batched matmuls: [B,T,in]x[B,in,r]x[B,r,out].
-        a_BIR = self.A_KRI[index_B].transpose(1, 2)
-        b_BRO = self.B_KOR[index_B].transpose(1, 2)
-        return y + torch.bmm(torch.bmm(x.to(a_BIR.dtype), a_BIR), b_BRO).to(y.dtype)
+        # x: [B, T, in] -> [B, T, C], each row's own adapter's columns kept -> [B, T, out].
+        h_BTC = (x.to(self.A_CI.dtype) @ self.A_CI.T) * mask_BC[:, None, :]
+        return y + (h_BTC @ self.B_OC.T).to(y.dtype)
 
 
 class AdapterSet:
@@ -64,6 +70,7 @@ class AdapterSet:
         self.model = model
         self.rows = _RowIndex()
         self.slots: dict[str, int] = {}  # adapter name -> slot (1..K)
+        self.rank = 1  # every adapter's rank is zero-padded to this (the largest loaded)
         # adapter name -> module name -> (A, s * B), kept so a later load of other adapters can restack.
         self._tensors: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.modules: dict[str, MultiLoRALinear] = {}
@@ -105,7 +112,13 @@ class AdapterSet:
 
     def set_rows(self, slots_B: torch.Tensor | None) -> None:
         """The running batch's slot per row (0: no adapter); None or all zeros skips the delta."""
-        self.rows.index_B = None if slots_B is None or not bool(slots_B.any()) else slots_B
+        if slots_B is None or not bool(slots_B.any()):
+            self.rows.mask_BC = None
+            return
+        # Column c belongs to slot c // rank + 1.
+        col_slot_C = torch.arange(len(self.slots) * self.rank, device=slots_B.device) // self.rank + 1
+        dtype = next(iter(self.modules.values())).A_CI.dtype
+        self.rows.mask_BC = (slots_B[:, None] == col_slot_C[None, :]).to(dtype)
 
     def slot(self, name: str | None) -> int:
         """The slot of adapter ``name`` (0 for None); ``ValueError`` naming the loaded ones if unknown."""
@@ -142,20 +155,22 @@ class AdapterSet:
         return wrapped
 
     def _restack(self) -> None:
-        """Rebuild every adapted module's stacks from the adapters' tensors (slot order, ranks zero-padded)."""
+        """Rebuild every adapted module's stacks from the adapters' tensors (slot order, ranks zero-padded
+        to the largest of all, so one per-row column mask fits every module)."""
         module_names = sorted({m for per in self._tensors.values() for m in per} | set(self.modules))
-        k = len(self.slots) + 1
+        r = max([1] + [a.shape[0] for per in self._tensors.values() for a, _ in per.values()])
+        self.rank = r
         for module_name in module_names:
             wrapped = self._wrap(module_name)
             base = wrapped.base
-            pairs = {n: self._tensors[n].get(module_name) for n in self.slots}
-            r = max([1] + [p[0].shape[0] for p in pairs.values() if p is not None])
             dev, dtype = base.weight.device, base.weight.dtype
-            a_KRI = torch.zeros(k, r, base.in_features, device=dev, dtype=dtype)
-            b_KOR = torch.zeros(k, base.out_features, r, device=dev, dtype=dtype)
-            for name, pair in pairs.items():
+            a_CI = torch.zeros(len(self.slots) * r, base.in_features, device=dev, dtype=dtype)
+            b_OC = torch.zeros(base.out_features, len(self.slots) * r, device=dev, dtype=dtype)
+            for name, slot in self.slots.items():
+                pair = self._tensors[name].get(module_name)
                 if pair is not None:
                     a, b = pair
-                    a_KRI[self.slots[name], : a.shape[0]] = a
-                    b_KOR[self.slots[name], :, : a.shape[0]] = b
-            wrapped.A_KRI, wrapped.B_KOR = a_KRI, b_KOR
+                    start = (slot - 1) * r
+                    a_CI[start : start + a.shape[0]] = a
+                    b_OC[:, start : start + a.shape[0]] = b
+            wrapped.A_CI, wrapped.B_OC = a_CI, b_OC
