@@ -5,6 +5,8 @@ adapter merged (peft's merge_and_unload of the same A/B), on the tiny model."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -180,3 +182,42 @@ def test_an_engine_without_the_capability_refuses_an_adapter() -> None:
     OnePolicy().check_adapter(None)
     with pytest.raises(ValueError, match=r"serves one policy \(capabilities.adapters is false\)"):
         OnePolicy().check_adapter("solver")
+
+
+def test_a_sync_mid_decode_resumes_each_row_with_its_adapter(setup) -> None:
+    """load_adapters pauses a running batch like load_weights: here adapter a becomes b's tensors mid-decode.
+    The a-row's early tokens are merged-a's, its later ones merged-b's; the b-row is merged-b's throughout."""
+    engine, merged, tensors = setup
+    params = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    prompt = engine.tokenizer.encode(TEXTS[0])
+    start = engine.stats["generated_tokens"]
+
+    def swap_when_decoding() -> None:
+        while engine.stats["generated_tokens"] < start + 20:
+            time.sleep(0.002)
+        engine.load_adapters({"a": tensors["b"]}, scaling=ALPHA / RANK, version=8)
+
+    async def main():
+        return await asyncio.gather(*(engine.generate(prompt, params, adapter=ad) for ad in ("a", "b")))
+
+    t = threading.Thread(target=swap_when_decoding)
+    t.start()
+    try:
+        (row_a,), (row_b,) = asyncio.run(main())
+    finally:
+        t.join()
+        engine.load_adapters({"a": tensors["a"]}, scaling=ALPHA / RANK, version=9)
+    assert (row_a.pauses, row_a.last_weight_version) == (1, 8) and row_b.pauses == 1
+
+    def under(model: torch.nn.Module, c) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            logits = model(torch.tensor([c.prompt_ids + c.completion_ids])).logits[0, len(prompt) - 1 : -1]
+        lp = torch.log_softmax(logits.float(), -1)
+        return lp.gather(-1, torch.tensor(c.completion_ids)[:, None])[:, 0]
+
+    assert torch.allclose(torch.tensor(row_b.logprobs), under(merged["b"], row_b), atol=LOGPROB_ATOL)
+    got = torch.tensor(row_a.logprobs)
+    old_ok = torch.isclose(got, under(merged["a"], row_a), atol=LOGPROB_ATOL, rtol=0)
+    new_ok = torch.isclose(got, under(merged["b"], row_a), atol=LOGPROB_ATOL, rtol=0)
+    k = int(old_ok.long().argmin())  # the first token not sampled with the old adapter a
+    assert 0 < k < len(got) and bool(old_ok[:k].all()) and bool(new_ok[k:].all())
