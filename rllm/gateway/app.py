@@ -15,9 +15,13 @@ Routes (each ``/v1`` route also under ``/sessions/{session_id}``):
   (:mod:`rllm.gateway.messages_api`; errors on these routes take Anthropic's shape);
 - ``POST /sessions`` (create, with sampling overrides), ``GET /sessions``, ``GET /sessions/{id}``,
   ``DELETE /sessions/{id}``, ``GET /sessions/{id}/traces``, ``GET /traces`` (query), ``GET /health``;
-- ``POST /admin/policy`` (``{"model", "weight_version"}``): which model/adapter name an HTTP upstream asks
-  for from now on and the weight version its traces record (the trainer's weight sync sets it, possibly
-  from another process).
+- ``POST /admin/policy`` (``{"model", "weight_version", "adapters"}``): which model/adapter name an HTTP
+  upstream asks for from now on, the served name of each named LoRA adapter, and the weight version its
+  traces record (the trainer's weight sync sets it, possibly from another process).
+
+A request whose ``model`` is ``"<gateway model name>:<adapter>"`` (e.g. ``policy:solver``) samples with that
+LoRA adapter, on an upstream that serves several (an unknown adapter is a 400 naming the loaded ones); any
+other ``model`` samples the single policy, as before.
 
 Every error, bad input included, comes back in OpenAI's error shape (Anthropic's on the Messages routes)
 with a 4xx status. The API key, when set, is accepted as ``Authorization: Bearer <key>`` or as Anthropic's
@@ -93,6 +97,8 @@ class PolicyUpdate(BaseModel):
 
     model: str | None = Field(None, min_length=1)
     weight_version: int = Field(ge=0, lt=2**63)
+    # adapter name -> the name the servers serve it under (null keeps the current map)
+    adapters: dict[str, str] | None = None
 
 
 class _GatewayState:
@@ -162,6 +168,16 @@ class _Api:
             raise OpenAIError(400, "the client disconnected before sending the whole body") from None
         return b"".join(chunks)
 
+    def adapter_of(self, model: str) -> str | None:
+        """The LoRA adapter a request's ``model`` names (``"<gateway model name>:<adapter>"``), else None."""
+        prefix = f"{self.state.model_name}:"
+        if not model.startswith(prefix):
+            return None
+        adapter = model[len(prefix) :]
+        if not adapter:
+            raise OpenAIError(400, f"model {model!r} names no adapter: use {prefix}<adapter>", param="model")
+        return adapter
+
     async def chat_completions(self, request: Request) -> Response:
         req: ChatCompletionRequest = _parse(await self.body_of(request), ChatCompletionRequest)
         messages = [m.as_template_dict() for m in req.messages]
@@ -173,6 +189,7 @@ class _Api:
             "tool_choice": req.tool_choice,
             "logprobs": bool(req.logprobs),
             "max_tokens_given": req.max_tokens_given,
+            "adapter": self.adapter_of(req.model),
         }
         record = {"messages": messages, "tools": tools, "tool_choice": req.tool_choice}
         return await self._serve(request, req, up, record, req.to_sampling_params)
@@ -184,6 +201,7 @@ class _Api:
             "prompt": req.prompt,
             "logprobs": req.logprobs is not None,
             "max_tokens_given": req.max_tokens_given,
+            "adapter": self.adapter_of(req.model),
         }
         return await self._serve(request, req, up, {"prompt": req.prompt}, req.to_sampling_params)
 
@@ -460,9 +478,13 @@ class _Api:
                 f"the upstream {self.state.upstream.name!r} has no policy to set: an in-process "
                 "engine takes its weights (and version) from the trainer directly",
             )
-        self.state.upstream.set_policy(body.model, body.weight_version)
+        self.state.upstream.set_policy(body.model, body.weight_version, body.adapters)
         return JSONResponse(
-            {"model": getattr(self.state.upstream, "model", None), "weight_version": body.weight_version}
+            {
+                "model": getattr(self.state.upstream, "model", None),
+                "adapters": getattr(self.state.upstream, "adapters", None),
+                "weight_version": body.weight_version,
+            }
         )
 
     async def health(self, request: Request) -> Response:

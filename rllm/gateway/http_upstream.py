@@ -31,7 +31,9 @@ the owner ``retire``s (e.g. one that missed a weight sync) is never routed to ag
 **Policy.** The upstream names the model every call asks for (``model``: the served base model, or a LoRA
 adapter loaded into every worker) and the ``weight_version`` those weights are; :meth:`set_policy` switches
 both at once (the gateway's ``POST /admin/policy`` calls it), and each result records the version of the
-model name its request was sent with.
+model name its request was sent with. With several adapters (``adapters``: adapter name -> the model name
+the workers serve it under, e.g. ``{"solver": "solver-v3"}``), a request for adapter ``solver`` asks for
+``solver-v3``; ``set_policy`` replaces that map together with the version.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class HTTPUpstream:
         health_interval_s: float = 5.0,
         max_sticky_sessions: int = 100_000,
         weight_version: int = 0,
+        adapters: dict[str, str] | None = None,
     ) -> None:
         if not urls:
             raise ValueError("HTTPUpstream needs at least one upstream URL")
@@ -117,6 +120,7 @@ class HTTPUpstream:
         self.kind: Kind | Literal["auto"] = kind
         self.model = model
         self.weight_version = weight_version
+        self.adapters: dict[str, str] = dict(adapters or {})  # adapter name -> served model name
         self.rerouted = 0  # calls served by another worker after the one they were sent to failed
         self.retried = 0  # attempts after a failed one (a 5xx, a connection error, a time-out), any worker
         self.retries = retries
@@ -239,12 +243,16 @@ class HTTPUpstream:
             await asyncio.sleep(self.health_interval_s)
             await asyncio.gather(*(self.check(w) for w in self.workers))
 
-    def set_policy(self, model: str | None, weight_version: int) -> None:
+    def set_policy(
+        self, model: str | None, weight_version: int, adapters: dict[str, str] | None = None
+    ) -> None:
         """Ask for ``model`` (a served model or adapter name; None: keep the current one) from now on, and
-        record its results as ``weight_version``. Calls already sent keep the name and version they went
-        out with."""
+        for adapter ``a`` the served name ``adapters[a]`` (None: keep the current map), and record results
+        as ``weight_version``. Calls already sent keep the name and version they went out with."""
         if model is not None:
             self.model = model
+        if adapters is not None:
+            self.adapters = dict(adapters)
         self.weight_version = weight_version
 
     def retire(self, url: str) -> None:
@@ -370,8 +378,16 @@ class HTTPUpstream:
         """The upstream request: the client's request with the session's sampling, plus the fields this
         kind of engine needs to return token ids and logprobs."""
         p = request.params
+        model = self.model
+        if request.adapter is not None:
+            model = self.adapters.get(request.adapter)
+            if model is None:
+                loaded = ", ".join(sorted(self.adapters)) or "none"
+                raise UpstreamError(
+                    400, f"unknown adapter {request.adapter!r}: the servers have loaded {loaded}"
+                )
         body: dict[str, Any] = {
-            "model": self.model,
+            "model": model,
             "n": p.n,
             "temperature": p.temperature,
             "top_p": p.top_p,
@@ -485,6 +501,7 @@ class HTTPUpstream:
             "ok": any(w.healthy and not w.retired for w in self.workers),
             "kind": self.kind,
             "model": self.model,
+            "adapters": self.adapters,
             "weight_version": self.weight_version,
             "calls_rerouted": self.rerouted,
             "calls_retried": self.retried,

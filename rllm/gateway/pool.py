@@ -373,6 +373,8 @@ class GatewayProcesses:
                     out: dict[str, Any] = {"weight_version": int(h["weight_version"])}
                     if h.get("model"):
                         out["upstream_model"] = h["model"]
+                    if h.get("adapters"):
+                        out["upstream_adapters"] = h["adapters"]
                     return out
         return {}
 

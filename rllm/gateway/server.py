@@ -95,6 +95,7 @@ def serve(
     fd: int | None = None,
     probe: bool = True,
     weight_version: int = 0,
+    upstream_adapters: dict[str, str] | None = None,
 ) -> None:
     """Blocking: serve ``model`` (from the local engine, or from ``upstreams``) until interrupted.
 
@@ -102,7 +103,7 @@ def serve(
     :class:`rllm.gateway.pool.GatewayProcesses`, whose parent bound it). ``probe=False`` skips asking the
     upstreams for their dialect and model first (the parent did, and passes both). ``weight_version``: the
     version an HTTP upstream's traces record until ``POST /admin/policy`` sets another (a restarted worker
-    starts at its siblings' version)."""
+    starts at its siblings' version; ``upstream_adapters``, their adapters' served names)."""
     store = TraceStore(store_path, fsync=fsync)
     upstream = build_upstream(
         model,
@@ -118,6 +119,7 @@ def serve(
         batch_wait_ms=2.0,
         probe=probe,
         weight_version=weight_version,
+        adapters=upstream_adapters,
     )
     app = create_app(upstream, store, model_name=model, api_key=api_key, max_body_bytes=max_body_bytes)
     where = f"fd {fd}" if fd is not None else f"http://{host}:{port}"
@@ -151,6 +153,7 @@ def build_upstream(
     batch_wait_ms: float = 2.0,
     probe: bool = True,
     weight_version: int = 0,
+    adapters: dict[str, str] | None = None,
 ) -> Any:
     """The gateway's upstream: the OpenAI-compatible servers at ``upstreams`` (probed now, so nothing
     answering fails at start-up rather than on the first request), or else ``model`` in a local engine
@@ -171,6 +174,7 @@ def build_upstream(
             api_key=upstream_api_key,
             timeout_s=upstream_timeout_s,
             weight_version=weight_version,
+            adapters=adapters,
         )
     from rllm.inference.local import LocalEngine  # torch and transformers: only a local model needs them
 

@@ -47,6 +47,9 @@ class UpstreamRequest(BaseModel):
     # False when neither the client nor the session set max_tokens: an engine may then lower the default
     # to what fits in the model's context (as vLLM does) instead of refusing the call.
     max_tokens_given: bool = True
+    # The LoRA adapter to sample with (the client asked for model "<gateway model>:<adapter>"); None: the
+    # upstream's single policy.
+    adapter: str | None = None
 
 
 class UpstreamChoice(BaseModel):
@@ -149,9 +152,18 @@ class LocalUpstream:
         options: dict[str, Any] = {}  # only what is set: an engine without these takes no such argument
         if constraint is not None:
             options["constraint"] = constraint
-        if self.adapters is not None:
-            options["adapter"] = self.adapters.get(session_role(session_id), DEFAULT_ADAPTER)
-        completions = await self.engine.generate(prompt_ids + forced_ids, params, **options)
+        # The request's own "<model>:<adapter>" first, else the adapter of the session's role (a run's roles).
+        adapter = request.adapter
+        if adapter is None and self.adapters is not None:
+            adapter = self.adapters.get(session_role(session_id), DEFAULT_ADAPTER)
+        if adapter is not None:
+            options["adapter"] = adapter
+        try:
+            completions = await self.engine.generate(prompt_ids + forced_ids, params, **options)
+        except ValueError as exc:
+            if adapter is None:
+                raise
+            raise UpstreamError(400, str(exc)) from exc  # an unknown adapter, named with the loaded ones
         parse = (
             request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
         )

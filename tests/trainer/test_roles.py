@@ -72,8 +72,8 @@ def test_start_up_refuses_what_cannot_train_an_adapter_per_role(monkeypatch: pyt
 
 
 class AdapterIgnoringRecorder:
-    """The real local engine, recording the ``adapter=`` each call names and then ignoring it (the local
-    engine samples from one policy): what the runner asks for, not what an adapter would answer."""
+    """The real local engine, recording the ``adapter=`` each call names and then sampling the base weights
+    (no adapters are loaded in these tests): what the runner asks for, not what an adapter would answer."""
 
     def __init__(self, engine: LocalEngine) -> None:
         self.engine = engine
@@ -147,10 +147,6 @@ def test_the_embedded_gateway_names_the_adapter_of_each_sessions_role(
     assert [a for _, a in engine.calls] == ["s", "j", "default", "default"]
 
 
-@pytest.mark.skipif(
-    not LocalEngine.capabilities.adapters,
-    reason="the local engine samples from one policy until it serves adapters (the lora-engine branch)",
-)
 def test_solver_judge_trains_an_adapter_per_role_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
     from rllm.trainer.agent_trainer import AgentTrainer  # torch-heavy; only this test needs the trainer
 

@@ -62,7 +62,8 @@ def test_policy_switch_is_recorded_and_reroutes_are_counted(
     with GatewayServer(create_app(upstream, store, model_name="policy")) as front:
         assert _complete(front.url, "s0").status_code == 200
         r = httpx.post(f"{front.url}/admin/policy", json={"model": "rllm-v1", "weight_version": 1})
-        assert r.status_code == 200 and r.json() == {"model": "rllm-v1", "weight_version": 1}
+        assert r.status_code == 200
+        assert r.json() == {"model": "rllm-v1", "adapters": {}, "weight_version": 1}
         assert upstream.request_body(_request())["model"] == "rllm-v1"
         assert _complete(front.url, "s0").status_code == 200
         assert [t.weight_version for t in store.list("s0")] == [0, 1]
@@ -161,3 +162,35 @@ def test_start_up_refusals_are_one_line(tiny_model_dir: Path, tmp_path: Path) ->
     # The rank vLLM gets by default is the smallest it accepts that holds the adapter.
     assert [max_lora_rank_for(r) for r in (1, 2, 8, 9, 32, 33)] == [1, 8, 8, 16, 32, 64]
     assert isinstance(VLLMPoolError("x"), ValueError)  # the trainer maps it to UnsupportedConfigError
+
+
+class _NamedAdapters:
+    """A backend with per-role adapters, as far as the refusals below read it (they refuse before saving)."""
+
+    def __init__(self, *names: str) -> None:
+        self.adapter_names = list(names)
+
+    def save_adapter(self, path: Path, adapter: str | None = None) -> None:
+        raise AssertionError("a refused sync must not write adapters")
+
+
+def test_several_adapters_refusals(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import asyncio
+
+    from rllm.inference.base import SamplingParams
+    from rllm.trainer.vllm_pool import VLLMSyncError
+
+    def build(*overrides: str) -> VLLMPoolEngine:  # attached (not started): no server is reached
+        cfg = _cfg("inference.vllm.urls=[http://127.0.0.1:9]", *overrides)
+        return VLLMPoolEngine.from_config(
+            cfg, tiny_model_dir, trace_store_path=tmp_path / "t.db", sync_dir=tmp_path / "sync"
+        )
+
+    assert VLLMPoolEngine.capabilities.adapters
+    with pytest.raises(VLLMSyncError, match="started without LoRA"):
+        build("lora.enabled=false").sync_from(_NamedAdapters("solver"), version=1)
+    pool = build()
+    with pytest.raises(VLLMSyncError, match="adapter name 'a/b' cannot name a vLLM model"):
+        pool.sync_from(_NamedAdapters("solver", "a/b"), version=1)
+    with pytest.raises(ValueError, match="unknown adapter 'solver': the vLLM pool has loaded none"):
+        asyncio.run(pool.generate([1, 2], SamplingParams(), adapter="solver"))

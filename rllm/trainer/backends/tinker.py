@@ -418,11 +418,13 @@ class TinkerEngine(EngineBase):
         *,
         session_id: str | None = None,
         constraint: Any = None,
+        adapter: str | None = None,
     ) -> list[Completion]:
         if constraint is not None:
             raise ValueError(
                 "the tinker engine takes no token constraint (capabilities.constraints is false)"
             )
+        self.check_adapter(adapter)
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         t = self._tinker.types
