@@ -98,7 +98,7 @@ def _check_roles(cfg: TrainConfig, capabilities: Any) -> None:
     if not capabilities.adapters:
         raise UnsupportedConfigError(
             f"backend '{capabilities.name}' trains one set of weights, not an adapter per role: drop roles "
-            "(backend.name=local trains them)"
+            "(backend.name=local or distributed trains them)"
         )
     engine = cfg.inference.engine
     if not engine_capabilities(engine).adapters:

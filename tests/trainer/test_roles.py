@@ -57,13 +57,15 @@ def test_the_roles_section() -> None:
 
 def test_start_up_refuses_what_cannot_train_an_adapter_per_role(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "set lora.enabled=true" in _refusal(_cfg(*ROLES, "lora.enabled=false"))
-    assert "backend 'distributed' trains one set of weights" in _refusal(
-        _cfg(*ROLES, "backend.name=distributed")
-    )
+    assert "backend 'tinker' trains one set of weights" in _refusal(_cfg(*ROLES, "backend.name=tinker"))
     # Which engines serve adapters changes as they learn to: the check reads the capability, so fix it here.
     one_policy = EngineCapabilities(name="one", weight_transfer="tensors")
     monkeypatch.setattr(checks, "engine_capabilities", lambda name: one_policy)
     assert "cannot sample from a different adapter per call" in _refusal(_cfg(*ROLES))
+    # The distributed backend trains an adapter per role on its ranks too (on an engine that serves them).
+    serving = one_policy.model_copy(update={"adapters": True})
+    monkeypatch.setattr(checks, "engine_capabilities", lambda name: serving)
+    checks.check_config(_cfg(*ROLES, "backend.name=distributed"), backend_capabilities("distributed"))
     # An agent flow's calls name their role by session, which only the embedded gateway maps to adapters.
     own_gateways = one_policy.model_copy(update={"adapters": True, "own_gateway": True})
     monkeypatch.setattr(checks, "engine_capabilities", lambda name: own_gateways)

@@ -14,6 +14,10 @@ one shared adapter, ``algorithm.loss_norm=sampled`` still counts the skipped gro
 roles all name one adapter updates exactly as a run without roles. The price: an adapter's gradient is
 scaled by its share of the batch's tokens (a judge with one row per episode beside N solvers gets a
 smaller one); AdamW divides that constant scale out, and each adapter's clip sees its own norm.
+
+On the distributed backend's ranks (``_fsdp_rank.py``) the adapters are added before FSDP2 shards the model,
+so their weights are sharded DTensors: what reads them whole (the engine's tensors, adapter files, exports)
+gathers them collectively on every rank, and only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file, save_file
+from torch.distributed.tensor import DTensor
 
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig, adapter_lrs, adapter_names, role_adapters
@@ -38,6 +44,26 @@ ADAPTERS_DIR = "adapters"  # a checkpoint's adapters/<name>/ (PEFT adapter dirs)
 SAFETENSORS = "adapter_model.safetensors"
 
 
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: gathered from every rank when it is an FSDP2 shard (a collective), else itself."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _writes() -> bool:
+    """Whether this process writes files: always, unless it is a rank of a process group other than 0."""
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def add_adapters(model: Any, names: list[str]) -> None:
+    """Add adapters ``names`` (beyond ``default``) to a PeftModel, with ``default``'s LoRA config: fp32 weights
+    on the base layer's device. The distributed ranks call this before sharding; RoleAdapters skips the ones
+    present."""
+    peft_cfg = model.peft_config[DEFAULT_ADAPTER]
+    for name in names:
+        if name != DEFAULT_ADAPTER and name not in model.peft_config:
+            model.add_adapter(name, copy.deepcopy(peft_cfg))
+
+
 def _owned_by(param_name: str, adapter: str) -> bool:
     """Whether a PEFT parameter name (``...q_proj.lora_A.<adapter>.weight``) is one of ``adapter``'s."""
     return f".lora_A.{adapter}." in param_name or f".lora_B.{adapter}." in param_name
@@ -47,13 +73,19 @@ class RoleAdapters:
     """The adapters, their optimizers and schedules of a run with ``roles`` (made by the local backend
     after it wrapped the base model with its ``default`` adapter; lives as long as the backend)."""
 
-    def __init__(self, model: Any, cfg: TrainConfig, lr_factor: Callable[[int], float], fused: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        cfg: TrainConfig,
+        lr_factor: Callable[[int], float],
+        fused: bool,
+        clip: Callable[[list[torch.nn.Parameter]], torch.Tensor],
+    ) -> None:
         self.model = model  # the PeftModel
         self.roles = role_adapters(cfg.roles)
         self.names = adapter_names(cfg.roles)
-        peft_cfg = model.peft_config[DEFAULT_ADAPTER]
-        for name in self.names[1:]:
-            model.add_adapter(name, copy.deepcopy(peft_cfg))  # fp32 weights on the base layer's device
+        add_adapters(model, self.names)  # a distributed rank added them before sharding
+        self.clip = clip  # the backend's gradient clip (optim.grad_clip; global over the ranks' shards)
         self.params: dict[str, list[torch.nn.Parameter]] = {
             name: [p for n, p in model.named_parameters() if _owned_by(n, name)] for name in self.names
         }
@@ -73,7 +105,6 @@ class RoleAdapters:
         self.schedulers = {
             name: torch.optim.lr_scheduler.LambdaLR(opt, lr_factor) for name, opt in self.optimizers.items()
         }
-        self.grad_clip = o.grad_clip
         self.changed: set[str] = set(self.names)  # adapters stepped since named_adapter_tensors last ran
         model.set_adapter(DEFAULT_ADAPTER)
         self._trainable()
@@ -166,8 +197,7 @@ class RoleAdapters:
             params, opt = self.params[name], self.optimizers[name]
             if any(p.grad is not None for p in params):
                 self.changed.add(name)
-            clip = self.grad_clip if self.grad_clip is not None else float("inf")
-            norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+            norm = float(self.clip(params))
             metrics[f"adapter/{name}/grad_norm"] = norm
             metrics[f"adapter/{name}/lr"] = opt.param_groups[0]["lr"]
             total_sq += norm**2
@@ -195,7 +225,7 @@ class RoleAdapters:
                 continue
             for name in names:
                 if name in module.lora_A:
-                    a, b = module.lora_A[name].weight, module.lora_B[name].weight
+                    a, b = _full(module.lora_A[name].weight), _full(module.lora_B[name].weight)
                     out[name][module_name] = (a.detach().clone(), b.detach().clone())
         self.changed.clear()
         return out
@@ -205,11 +235,16 @@ class RoleAdapters:
         """float32 ``scaling * B @ A`` of adapter ``name`` per adapted linear layer, by plain HF weight name."""
         from peft.tuners.lora import LoraLayer  # peft is loaded already: this is a LoRA run
 
-        return {
-            f"{module_name}.weight": module.get_delta_weight(name).float()
-            for module_name, module in self.model.base_model.model.named_modules()
-            if isinstance(module, LoraLayer) and name in module.lora_A
-        }
+        out: dict[str, torch.Tensor] = {}
+        for module_name, module in self.model.base_model.model.named_modules():
+            if not isinstance(module, LoraLayer) or name not in module.lora_A:
+                continue
+            a, b = module.lora_A[name].weight, module.lora_B[name].weight
+            if isinstance(a, DTensor) or isinstance(b, DTensor):  # a rank's shards: gathered (plain Linear)
+                out[f"{module_name}.weight"] = (_full(b).float() @ _full(a).float()) * module.scaling[name]
+            else:
+                out[f"{module_name}.weight"] = module.get_delta_weight(name).float()
+        return out
 
     def save_adapter(self, path: Path, name: str) -> None:
         """Adapter ``name`` as a PEFT adapter directory of its own (keys without the adapter name: it loads
@@ -219,11 +254,12 @@ class RoleAdapters:
         if name not in self.names:
             raise ValueError(f"no adapter {name!r}: this run trains {', '.join(self.names)}")
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         state = get_peft_model_state_dict(self.model, adapter_name=name)
-        save_file(
-            {k: v.detach().contiguous() for k, v in state.items()}, str(path / SAFETENSORS), {"format": "pt"}
-        )
+        state = {k: _full(v).detach().cpu().contiguous() for k, v in state.items()}  # every rank gathers
+        if not _writes():
+            return
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(state, str(path / SAFETENSORS), {"format": "pt"})
         config = copy.deepcopy(self.model.peft_config[name])
         config.inference_mode = True
         config.save_pretrained(str(path))
@@ -268,11 +304,14 @@ class RoleAdapters:
         and ``path/<name>/adapter/`` the adapter alone."""
         from transformers import AutoModelForCausalLM
 
-        merged = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-        params = dict(merged.named_parameters())
+        merged = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32) if _writes() else None
+        params = dict(merged.named_parameters()) if merged is not None else {}
         originals: dict[str, torch.Tensor] = {}
         for name in self.names:
-            deltas = self.deltas(name)
+            deltas = self.deltas(name)  # every rank: gathering shards is a collective
+            if merged is None:
+                self.save_adapter(Path(path) / name / "adapter", name)
+                continue
             missing = sorted(set(deltas) - set(params))
             if missing:
                 raise RuntimeError(f"merged LoRA export does not match the model: no weights {missing}")

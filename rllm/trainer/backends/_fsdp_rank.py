@@ -18,6 +18,12 @@ forward, the loss, the LR schedule); what differs is where parameters live:
 Every rank must issue the same collectives in the same order: the driver gives each rank the same
 number of micro-batches, padding short shards with a zero-weight copy of one sequence.
 
+With ``roles`` (one LoRA adapter per role, ``_adapters.RoleAdapters``) the adapters are added before the
+model is sharded, and a step runs adapter by adapter in the same order on every rank: each rank switches
+to the adapter, runs its rows of that adapter and pads to the same micro-batch count as the rank with the
+most (a rank with none of its rows runs only zero-weight micro-batches), so every rank reduces the same
+gradients in the same order. One AdamW per adapter, all of them in the DCP checkpoint.
+
 The local backend's shared-prefix forward (``backend.share_prefix``) is off here: it runs every decoder
 layer twice in one graph, and FSDP2 reshards a layer after the backward of its last forward, freeing
 weights the backward of the first pass still needs (and a rank whose micro-batch shares nothing would
@@ -43,9 +49,13 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rllm.algorithms.losses import LossConfig
+from rllm.trainer.backends._adapters import add_adapters
+from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
-from rllm.trainer.config import TrainConfig
-from rllm.types import TrainBatch, TrainSequence
+from rllm.trainer.config import TrainConfig, adapter_names
+from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
+
+Filler = tuple[TrainSequence, list[float] | None, list[float] | None]
 
 TRAINER_STATE = "trainer_state.pt"
 DCP_DIR = "dcp"
@@ -76,6 +86,10 @@ class _ShardedBackend(LocalBackend):
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # Tensor parallel would go here: a 2-D DeviceMesh ("dp", "tp"), parallelize_module(model,
         # mesh["tp"], plan) on each layer first, then fully_shard over mesh["dp"] as below.
+        if self.cfg.roles and hasattr(model, "peft_config"):
+            add_adapters(
+                model, adapter_names(self.cfg.roles)
+            )  # sharded with the rest (RoleAdapters finds them)
         mp = (
             MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             if self.device.type == "cuda" and self.autocast_dtype is not None
@@ -126,18 +140,50 @@ class _ShardedBackend(LocalBackend):
         old_logprobs: list[list[float]] | None,
         ref_logprobs: list[list[float]] | None,
         num_micro_batches: int,
-        filler: tuple[TrainSequence, list[float] | None, list[float] | None],
+        filler: Filler,
         want_logprobs: bool = False,
-    ) -> tuple[dict[str, float], float, float, list[list[float]] | None]:
-        """This rank's share of the step: metric sums, trained tokens, loss and (with ``want_logprobs``) the
-        shard's per-token logprobs from the same forward pass; empty micro-batches keep the collectives in
-        step with the rank that has the most."""
+        adapter_micro_batches: dict[str, int] | None = None,
+    ) -> tuple[dict[str, float], float, float, list[list[float]] | None, dict[str, float]]:
+        """This rank's share of the step: metric sums, trained tokens, loss, (with ``want_logprobs``) the
+        shard's per-token logprobs from the same forward pass, and with roles each adapter's
+        ``adapter/<name>/loss`` and ``tokens``; empty micro-batches keep the collectives in step with the
+        rank that has the most. With roles, ``adapter_micro_batches`` gives the adapters to run, in order,
+        and the micro-batch count every rank runs for each."""
         sink: dict[int, list[float]] | None = {} if want_logprobs else None
-        sums, weight, total_loss = self._accumulate_gradients(
-            shard, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, logprobs_sink=sink
-        )
+        per_adapter: dict[str, float] = {}
+        if adapter_micro_batches is None:
+            sums, weight, total_loss = self._accumulate_gradients(
+                shard, loss, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, logprobs_sink=sink
+            )
+            self._pad_backward(num_micro_batches - len(self._micro_batches(shard)), loss, filler)
+        else:
+            sums, weight, total_loss = {}, 0.0, 0.0
+            for name, count in adapter_micro_batches.items():
+                idx = self._rows_of(shard, name)
+                with self._active(name):
+                    part_sums, part_weight, part_loss = {}, 0.0, 0.0
+                    if idx:
+                        part_sums, part_weight, part_loss = self._accumulate_gradients(
+                            self._part(shard, idx),
+                            loss,
+                            old_logprobs=_pick(old_logprobs, idx),
+                            ref_logprobs=_pick(ref_logprobs, idx),
+                            logprobs_sink=sink,
+                        )
+                    self._pad_backward(count - self._micro_count(len(idx)), loss, filler)
+                for k, v in part_sums.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                weight += part_weight
+                total_loss += part_loss
+                per_adapter[f"adapter/{name}/loss"] = part_loss
+                per_adapter[f"adapter/{name}/tokens"] = part_weight
+        rows = [sink[id(s)] for s in shard.sequences] if sink is not None else None
+        return sums, weight, total_loss, rows, per_adapter
+
+    def _pad_backward(self, count: int, loss: LossConfig, filler: Filler) -> None:
+        """``count`` zero-weight micro-batches: the collectives of a pass, no change to any gradient."""
         seq, old, ref = filler
-        for _ in range(num_micro_batches - len(self._micro_batches(shard))):
+        for _ in range(count):
             self._micro_batch_backward(
                 [seq],
                 loss,
@@ -147,17 +193,52 @@ class _ShardedBackend(LocalBackend):
                 None if ref is None else [ref],
                 weight=0.0,
             )
-        rows = [sink[id(s)] for s in shard.sequences] if sink is not None else None
-        return sums, weight, total_loss, rows
+
+    # roles: the rows of one adapter, run with it active on every rank
+    def _rows_of(self, shard: TrainBatch, name: str) -> list[int]:
+        assert self.roles is not None
+        return [i for i, s in enumerate(shard.sequences) if self.roles.adapter_of(s.trajectory_name) == name]
+
+    def _part(self, shard: TrainBatch, idx: list[int]) -> TrainBatch:
+        tokens, sequences = shard.loss_norms()  # the whole batch's, as the driver set them
+        return TrainBatch(
+            sequences=[shard.sequences[i] for i in idx],
+            loss_norm_tokens=tokens,
+            loss_norm_sequences=sequences,
+        )
+
+    def _micro_count(self, rows: int) -> int:
+        mb = self.cfg.backend.micro_batch_size
+        return -(-rows // mb)
+
+    def _active(self, name: str) -> contextlib.AbstractContextManager:
+        assert self.roles is not None
+        return self.roles.active(name)
 
     def shard_logprobs(
-        self, shard: TrainBatch, reference: bool, num_micro_batches: int, filler: TrainSequence
+        self,
+        shard: TrainBatch,
+        reference: bool,
+        num_micro_batches: int,
+        filler: TrainSequence,
+        adapter_micro_batches: dict[str, int] | None = None,
     ) -> list[list[float]]:
-        out = self.compute_logprobs(shard, reference=reference) if shard.sequences else []
         pad = TrainBatch(sequences=[filler])
-        for _ in range(num_micro_batches - len(self._micro_batches(shard))):
-            self.compute_logprobs(pad, reference=reference)
-        return out
+        if adapter_micro_batches is None or reference:  # the reference is the base, whichever adapter
+            out = self.compute_logprobs(shard, reference=reference) if shard.sequences else []
+            for _ in range(num_micro_batches - len(self._micro_batches(shard))):
+                self.compute_logprobs(pad, reference=reference)
+            return out
+        rows: list[list[float]] = [[] for _ in shard.sequences]
+        for name, count in adapter_micro_batches.items():
+            idx = self._rows_of(shard, name)
+            with self._active(name):
+                if idx:
+                    for i, row in zip(idx, self._logprobs(self._part(shard, idx), reference=False)):
+                        rows[i] = row
+                for _ in range(count - self._micro_count(len(idx))):
+                    self._logprobs(pad, reference=False)
+        return rows
 
     # --------------------------------------------------------------------------------- weights
     def _gather(self, names: list[str]) -> dict[str, torch.Tensor]:
@@ -232,15 +313,30 @@ class _ShardedBackend(LocalBackend):
             out.append((plain[n], p + deltas[plain[n]].to(p.dtype) if plain[n] in deltas else p))
         return out
 
-    def save_adapter(self, path: Path) -> None:
+    def save_adapter(self, path: Path, adapter: str | None = None) -> None:
+        if self.roles is not None:  # every rank gathers, rank 0 writes
+            self.roles.save_adapter(Path(path), adapter or DEFAULT_ADAPTER)
+            return
         names = [n for n, _ in self.model.named_parameters() if "lora_" in n]
         full = self._gather(names)
         if dist.get_rank() == 0:
             self.model.save_pretrained(Path(path), state_dict=full)
 
+    def named_adapter_tensors(
+        self, *, changed_only: bool = False
+    ) -> dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+        """Every rank gathers the adapters' shards; rank 0 returns them (CPU copies), the others {}."""
+        out = super().named_adapter_tensors(changed_only=changed_only)
+        if dist.get_rank() != 0:
+            return {}
+        return {n: {m: (a.cpu(), b.cpu()) for m, (a, b) in layers.items()} for n, layers in out.items()}
+
     def export_model(self, path: Path) -> None:
         from transformers import AutoModelForCausalLM
 
+        if self.roles is not None:  # path/<adapter>/, merged, and its adapter alone
+            self.roles.export(Path(path), self.model_path)
+            return
         if self.lora:
             deltas = self._gathered_lora_deltas()
             if dist.get_rank() != 0:
@@ -272,22 +368,42 @@ class _ShardedBackend(LocalBackend):
         # model on disk, as in the local backend's checkpoints.
         return StateDictOptions(ignore_frozen_params=self.lora)
 
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizer, or with roles every adapter's (in adapter order): all of them go in the checkpoint."""
+        return list(self.roles.optimizers.values()) if self.roles is not None else [self.optimizer]
+
+    def _schedulers_state(self) -> dict[str, Any]:
+        if self.roles is None:
+            return {"scheduler": self.scheduler.state_dict()}
+        return {
+            "adapters": list(self.roles.names),
+            "schedulers": {n: s.state_dict() for n, s in self.roles.schedulers.items()},
+            # get_state_dict gives an optimizer that never stepped a zero state at step 1 (a zero-lr step);
+            # these are emptied again, here and on load, so its first real step is AdamW's first, as locally
+            "unstepped": [n for n, o in self.roles.optimizers.items() if not o.state],
+        }
+
+    def _forget_unstepped(self, names: list[str]) -> None:
+        if self.roles is not None:
+            for name in names:
+                self.roles.optimizers[name].state.clear()
+
     def save_state(self, path: Path) -> None:
         import torch.distributed.checkpoint as dcp
 
         path = Path(path)
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_options())
+        schedules = self._schedulers_state()
+        optimizers = self._optimizers()
+        model_sd, optim_sd = get_state_dict(
+            self.model, optimizers if len(optimizers) > 1 else optimizers[0], options=self._state_options()
+        )
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path / DCP_DIR))
+        self._forget_unstepped(schedules.get("unstepped", []))
         rank = dist.get_rank()
         torch.save(_rng_state(), path / f"rng_rank{rank}.pt")
         if rank == 0:
             torch.save(
-                {
-                    "scheduler": self.scheduler.state_dict(),
-                    "step": self.step,
-                    "world_size": dist.get_world_size(),
-                },
-                path / TRAINER_STATE,
+                {**schedules, "step": self.step, "world_size": dist.get_world_size()}, path / TRAINER_STATE
             )
         dist.barrier()
 
@@ -295,25 +411,43 @@ class _ShardedBackend(LocalBackend):
         import torch.distributed.checkpoint as dcp
 
         path = Path(path)
+        trainer = torch.load(path / TRAINER_STATE, weights_only=False)
+        names = list(self.roles.names) if self.roles is not None else None
+        if trainer.get("adapters") != names:
+            raise UnsupportedConfigError(
+                f"checkpoint {path} holds adapters {trainer.get('adapters') or '[one, without roles]'} but this "
+                f"run trains {names or '[one, without roles]'}: resume with the roles it was saved with"
+            )
         options = self._state_options()
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)
+        optimizers = self._optimizers()
+        optim_arg = optimizers if len(optimizers) > 1 else optimizers[0]
+        model_sd, optim_sd = get_state_dict(self.model, optim_arg, options=options)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(path / DCP_DIR))
         # dcp.load fails on a key the checkpoint lacks; non-strict here only lets the frozen base (not in
         # a LoRA checkpoint, as it is not in `state`) keep the weights it was loaded with.
         set_state_dict(
             self.model,
-            self.optimizer,
+            optim_arg,
             model_state_dict=state["model"],
             optim_state_dict=state["optim"],
             options=StateDictOptions(ignore_frozen_params=self.lora, strict=False),
         )
-        trainer = torch.load(path / TRAINER_STATE, weights_only=False)
-        self.scheduler.load_state_dict(trainer["scheduler"])
+        if self.roles is None:
+            self.scheduler.load_state_dict(trainer["scheduler"])
+        else:
+            for name, scheduler in self.roles.schedulers.items():
+                scheduler.load_state_dict(trainer["schedulers"][name])
+            self._forget_unstepped(trainer["unstepped"])
+            self.roles.changed = set(self.roles.names)
         self.step = trainer["step"]
         # A rank that did not exist when the checkpoint was written continues rank 0's streams.
         rng = path / f"rng_rank{dist.get_rank()}.pt"
         _set_rng_state(torch.load(rng if rng.exists() else path / "rng_rank0.pt", weights_only=False))
+
+
+def _pick(rows: list[list[float]] | None, idx: list[int]) -> list[list[float]] | None:
+    return None if rows is None else [rows[i] for i in idx]
 
 
 def _rng_state() -> dict[str, Any]:

@@ -17,6 +17,11 @@ One step, as the driver (this class, in the trainer's process) runs it::
 
 so one step's update equals LocalBackend's on the whole batch, up to float32 summation order.
 
+With ``roles`` (one LoRA adapter per role) each adapter's rows are split across the ranks on their own, and
+every rank runs the adapters in the same order with the same micro-batch count for each (zero-weight ones
+where its share is short or empty), so each adapter's gradient is the local backend's; each adapter has its
+own AdamW, schedule and clip on every rank.
+
 Tensor parallel is not implemented; it would go in ``_ShardedBackend._wrap_model``: a 2-D DeviceMesh
 ``("dp", "tp")`` over the same actors (``tp`` ranks on one node, so one node's bundles), each layer
 ``parallelize_module``-d over ``mesh["tp"]`` first, then ``fully_shard`` over ``mesh["dp"]``; the batch
@@ -44,16 +49,16 @@ import torch
 from rllm.algorithms.losses import LossConfig
 from rllm.trainer.backends.base import TrainingBackend, UnsupportedConfigError
 from rllm.trainer.backends.local import LOCAL_CAPABILITIES
-from rllm.trainer.config import TrainConfig
+from rllm.trainer.config import TrainConfig, adapter_names, role_adapters
 from rllm.types import DEFAULT_ADAPTER, TrainBatch
 
 logger = logging.getLogger(__name__)
 
-# The ranks run LocalBackend's math, so they support what it does, except sharing prompt prefixes: FSDP2 frees a
-# layer's gathered weights after its backward, and the shared-prefix forward needs them for a second pass; nor
-# one adapter per role (the roles section): the ranks keep one optimizer and one adapter's state.
+# The ranks run LocalBackend's math, so they support what it does (one adapter per role included: see
+# _fsdp_rank.py), except sharing prompt prefixes: FSDP2 frees a layer's gathered weights after its backward, and
+# the shared-prefix forward needs them for a second pass.
 DISTRIBUTED_CAPABILITIES = LOCAL_CAPABILITIES.model_copy(
-    update={"name": "distributed", "share_prefix": False, "adapters": False}
+    update={"name": "distributed", "share_prefix": False}
 )
 
 DRIVER_RNG = "driver_rng.pt"
@@ -138,6 +143,9 @@ class DistributedBackend(TrainingBackend):
         self.model_path = model_path
         self.pad_id = pad_id
         self.lora = cfg.lora.enabled
+        self._adapter_names = adapter_names(cfg.roles)  # [] without roles
+        self._role_adapters = role_adapters(cfg.roles)
+        self.adapter_scaling = cfg.lora.alpha / cfg.lora.rank
         self.step = 0
         self._synced_once = False
         self._ray: Any = None
@@ -285,14 +293,29 @@ class DistributedBackend(TrainingBackend):
         return self._get([r.call.remote(method, *args, **kwargs) for r in self._ranks])
 
     # ------------------------------------------------------------------ primitives
-    def _shards(self, batch: TrainBatch) -> tuple[list[list[int]], int, int]:
-        """Each rank's sequence indices, the micro-batch count every rank runs, and the filler's index
-        (the shortest sequence: the zero-weight micro-batch a rank with fewer sequences pads with)."""
-        shards = split_by_tokens(batch, self.world_size)
+    def _shards(self, batch: TrainBatch) -> tuple[list[list[int]], int, int, dict[str, int] | None]:
+        """Each rank's sequence indices, the micro-batch count every rank runs, the filler's index (the
+        shortest sequence: the zero-weight micro-batch a rank with fewer sequences pads with) and, with
+        roles, the adapters with rows in order, each with the micro-batch count every rank runs for it
+        (each adapter's rows are split across the ranks on their own)."""
         mb = self.cfg.backend.micro_batch_size
-        num_micro = max(math.ceil(len(s) / mb) for s in shards)
         filler = min(range(len(batch.sequences)), key=lambda i: len(batch.sequences[i].input_ids))
-        return shards, num_micro, filler
+        if not self._adapter_names:
+            shards = split_by_tokens(batch, self.world_size)
+            return shards, max(math.ceil(len(s) / mb) for s in shards), filler, None
+        rows: dict[str, list[int]] = {name: [] for name in self._adapter_names}
+        for i, s in enumerate(batch.sequences):
+            rows[self._role_adapters.get(s.trajectory_name, DEFAULT_ADAPTER)].append(i)
+        shards: list[list[int]] = [[] for _ in range(self.world_size)]
+        counts: dict[str, int] = {}
+        for name, idx in rows.items():
+            if not idx:
+                continue
+            parts = split_by_tokens(TrainBatch(sequences=[batch.sequences[i] for i in idx]), self.world_size)
+            for shard, part in zip(shards, parts):
+                shard.extend(idx[j] for j in part)
+            counts[name] = max(math.ceil(len(p) / mb) for p in parts)
+        return shards, max(math.ceil(len(s) / mb) for s in shards), filler, counts
 
     def forward_backward(
         self,
@@ -307,7 +330,7 @@ class DistributedBackend(TrainingBackend):
             raise ValueError("forward_backward got an empty batch; skip the step instead")
         # The whole batch's normalisers, on every shard: Σ_r loss_r is the batch's loss.
         num_tokens, num_seqs = batch.loss_norms()
-        shards, num_micro, f = self._shards(batch)
+        shards, num_micro, f, adapter_micro = self._shards(batch)
 
         def pick(rows: list[list[float]] | None, idx: list[int]) -> list[list[float]] | None:
             return None if rows is None else [rows[i] for i in idx]
@@ -332,29 +355,33 @@ class DistributedBackend(TrainingBackend):
                 num_micro,
                 filler,
                 logprobs_out is not None,
+                adapter_micro,
             )
             for rank, idx in zip(self._ranks, shards)
         ]
         sums: dict[str, float] = {}
+        per_adapter: dict[str, float] = {}  # with roles: adapter/<name>/loss and tokens, summed over ranks
         weight_total = total_loss = 0.0
         rows: list[list[float]] = [[] for _ in seqs]
-        for idx, (rank_sums, weight, rank_loss, rank_rows) in zip(shards, self._get(refs)):
+        for idx, (rank_sums, weight, rank_loss, rank_rows, rank_adapters) in zip(shards, self._get(refs)):
             for k, v in rank_sums.items():
                 sums[k] = sums.get(k, 0.0) + v
+            for k, v in rank_adapters.items():
+                per_adapter[k] = per_adapter.get(k, 0.0) + v
             weight_total += weight
             total_loss += rank_loss
             for i, row in zip(idx, rank_rows or []):
                 rows[i] = row
         if logprobs_out is not None:
             logprobs_out[:] = rows
-        out = {f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}
+        out = {**per_adapter, **{f"train/{k}": v / max(weight_total, 1.0) for k, v in sums.items()}}
         out["train/loss"] = total_loss
         return out
 
     def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> list[list[float]]:
         if not batch.sequences:
             return []
-        shards, num_micro, f = self._shards(batch)
+        shards, num_micro, f, adapter_micro = self._shards(batch)
         refs = [
             rank.call.remote(
                 "shard_logprobs",
@@ -362,6 +389,7 @@ class DistributedBackend(TrainingBackend):
                 reference,
                 num_micro,
                 batch.sequences[f],
+                adapter_micro,
             )
             for rank, idx in zip(self._ranks, shards)
         ]
@@ -399,11 +427,25 @@ class DistributedBackend(TrainingBackend):
     def save_adapter(self, path: Path, adapter: str | None = None) -> None:
         if not self.lora:
             raise UnsupportedConfigError("save_adapter needs a LoRA run (lora.enabled=true)")
-        if adapter not in (None, DEFAULT_ADAPTER):  # no roles here (capability adapters=False): one adapter
-            raise ValueError(f"no adapter {adapter!r}: the distributed backend trains one adapter (default)")
-        self._all("save_adapter", str(Path(path).resolve()))
+        if self._adapter_names and (adapter or DEFAULT_ADAPTER) not in self._adapter_names:
+            raise ValueError(f"no adapter {adapter!r}: this run trains {', '.join(self._adapter_names)}")
+        if not self._adapter_names and adapter not in (None, DEFAULT_ADAPTER):
+            raise ValueError(f"no adapter {adapter!r}: this run has no roles, so one adapter (default)")
+        self._all("save_adapter", str(Path(path).resolve()), adapter)
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return list(self._adapter_names)
+
+    def named_adapter_tensors(
+        self, *, changed_only: bool = False
+    ) -> dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+        if not self._adapter_names:
+            raise UnsupportedConfigError("named_adapter_tensors needs roles (one adapter per role)")
+        return self._all("named_adapter_tensors", changed_only=changed_only)[0]
 
     def export_model(self, path: Path) -> None:
+        """Without roles: ``path`` is the model (LoRA merged). With roles: ``path/<adapter>/`` per adapter."""
         self._all("export_model", str(Path(path).resolve()))
 
     def save_state(self, path: Path) -> None:

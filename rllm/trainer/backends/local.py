@@ -112,7 +112,9 @@ class LocalBackend(TrainingBackend):
         self.model.train()
         # roles: an adapter per role's adapter name, each with its own optimizer (rllm.trainer.backends._adapters)
         self.roles = (
-            RoleAdapters(self.model, cfg, self._lr_factor, self.device.type == "cpu") if cfg.roles else None
+            RoleAdapters(self.model, cfg, self._lr_factor, self.device.type == "cpu", self._clip_gradients)
+            if cfg.roles
+            else None
         )
         self.adapter_scaling = cfg.lora.alpha / cfg.lora.rank
         params = [p for p in self.model.parameters() if p.requires_grad]
