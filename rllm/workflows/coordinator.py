@@ -54,9 +54,16 @@ one solved question of the part's kind before it."""
 WORKER_SYSTEM_PROMPT = "You answer short questions. Reply with only the answer."
 COORDINATOR_PROMPT = (
     "You coordinate workers. A task had {n} parts; each part went to a worker.\n\n{reports}\n\n"
-    "Write the final answer: the answer of each part, in order, separated by commas. Reply with only the "
-    "numbers."
+    "Write the final answer: the number each worker found, in the order of the parts, separated by commas."
 )
+# The coordinator's worked example: told the format alone, SmolLM2-135M answers one number ("The answer is
+# 41.") in 6 of 6 greedy replies and never lists one per part; after this solved prompt it writes "74, 6".
+_EXAMPLE_PARTS = [
+    {"question": "Which number is larger, 41 or 17? Answer with just the number."},
+    {"question": "What is 2 + 4? Answer with just the number."},
+]
+_EXAMPLE_REPLIES = ["The larger number is 41.", "6"]
+_EXAMPLE_ANSWER = "41, 6"
 
 
 def _worked_example(kind: str) -> list[dict[str, str]]:
@@ -68,13 +75,22 @@ def _worked_example(kind: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": problem.question}, {"role": "assistant", "content": problem.answer}]
 
 
-def coordinator_messages(parts: list[dict[str, Any]], replies: list[str]) -> list[dict[str, str]]:
-    """The coordinator's prompt: each part's question with its worker's reply, then the answer format."""
+def _report(parts: list[dict[str, Any]], replies: list[str]) -> str:
     reports = "\n".join(
         f"Part {i + 1}: {p['question']}\nWorker's answer: {r.strip()}"
         for i, (p, r) in enumerate(zip(parts, replies, strict=True))
     )
-    return [{"role": "user", "content": COORDINATOR_PROMPT.format(n=len(parts), reports=reports)}]
+    return COORDINATOR_PROMPT.format(n=len(parts), reports=reports)
+
+
+def coordinator_messages(parts: list[dict[str, Any]], replies: list[str]) -> list[dict[str, str]]:
+    """The coordinator's prompt: a solved example, then each part's question with its worker's reply and
+    the answer format."""
+    return [
+        {"role": "user", "content": _report(_EXAMPLE_PARTS, _EXAMPLE_REPLIES)},
+        {"role": "assistant", "content": _EXAMPLE_ANSWER},
+        {"role": "user", "content": _report(parts, replies)},
+    ]
 
 
 class CoordinatorWorkflow:

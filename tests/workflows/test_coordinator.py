@@ -99,7 +99,8 @@ def test_greedy_exploration_settles_after_trying_each_role() -> None:
 def _scripted(prompt: str) -> str:
     """Worker replies by part; the coordinator composes from what it was told (dropping 'The sum is')."""
     if "You coordinate workers" in prompt:
-        return "82, 9" if "The sum is 9." in prompt else "82, 7"
+        mine = prompt.split("Part 1: Which number is larger, 37")[-1]  # after the worked example
+        return "82, 9" if "The sum is 9." in mine else "82, 7"
     if "larger, 37 or 82" in prompt:
         return "82"
     return "The sum is 9." if "You answer short questions" in prompt else "7"
@@ -143,7 +144,7 @@ def test_each_role_is_credited_with_its_own_contribution(engine: LocalEngine) ->
     assert first.metrics["coordinator/faithful"] == 1.0 and second.metrics["coordinator/faithful"] == 1.0
     worker_b_prompt = second.trajectories[1].steps[0].messages
     assert worker_b_prompt[0]["role"] == "system" and len(worker_b_prompt) == 4  # system, example, question
-    coordinator_prompt = second.trajectories[2].steps[0].messages[0]["content"]
+    coordinator_prompt = second.trajectories[2].steps[0].messages[-1]["content"]
     assert "Part 2: What is 4 + 5?\nWorker's answer: The sum is 9." in coordinator_prompt
     assert workflow.table.rates() == {
         ("worker_a", "larger"): 1.0,
