@@ -52,6 +52,7 @@ def _records(run_dir: Path) -> list[dict]:
         ("finance_agent", {"tools/calls", "tools/errors/invalid_arguments", "tools/used", "agent/turns"}),
         ("solver_judge", {"solver/accuracy", "judge/accuracy", "judge/valid_pick"}),
         ("frozenlake", {"env/turns", "agent/invalid_actions"}),
+        ("coordinator", {"coordinator/accuracy", "coordinator/faithful", "parts/accuracy"}),
     ],
 )
 def test_example_config_trains_end_to_end(

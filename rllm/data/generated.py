@@ -10,6 +10,7 @@ from rllm.data.builtin import held_out_count, make_tasks
 from rllm.data.code_problems import PROBLEMS, code_problem_tasks
 from rllm.data.finance import SYSTEM_PROMPT as FINANCE_SYSTEM_PROMPT
 from rllm.data.finance import finance_examples, finance_tasks, split_questions
+from rllm.data.multi_part import multi_part_tasks
 from rllm.data.plugins import BuiltinDataset
 from rllm.rewards.countdown import countdown_tasks
 
@@ -73,4 +74,11 @@ FINANCE = BuiltinDataset(
     {"train": 1000, "test": len(split_questions("test"))},
     system_prompt=FINANCE_SYSTEM_PROMPT,
     examples=tuple(finance_examples()),
+)
+MULTI_PART = BuiltinDataset(
+    "multi_part",
+    "number_list",
+    "2-3 parts of different kinds (larger, add, count_letter) asked together, for the coordinator "
+    "workflow (generated; parts in metadata.parts)",
+    multi_part_tasks,
 )

@@ -66,6 +66,7 @@ for _name in (
     "countdown",
     "code_problems",
     "finance",
+    "multi_part",
 ):
     DATASETS.register(_name, f"rllm.data.generated:{_name.upper()}")
 

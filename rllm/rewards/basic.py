@@ -50,3 +50,20 @@ def number_reward(task: dict[str, Any], response: str) -> Outcome:
         raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
     correct = single_number_match(response, task["ground_truth"])
     return Outcome(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})
+
+
+def number_list(text: str) -> list[str]:
+    """Every number written in ``text``, in order (commas between numbers separate them)."""
+    return _NUMBER.findall(text.replace(", ", " ").replace(",", " "))
+
+
+def number_list_reward(task: dict[str, Any], response: str) -> Outcome:
+    """Reward of answers that are several numbers in order (``task["ground_truth"]`` "82, 7, 3"): the
+    fraction of positions whose number is right, when the reply states exactly as many numbers as the
+    ground truth (0 otherwise, so listing extra numbers earns nothing); correct when all are right."""
+    if "ground_truth" not in task:
+        raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
+    want, got = number_list(str(task["ground_truth"])), number_list(response)
+    right = sum(float(g) == float(w) for g, w in zip(got, want, strict=False)) if len(got) == len(want) else 0
+    reward = right / len(want) if want else 0.0
+    return Outcome(reward=reward, is_correct=bool(want) and right == len(want), info={"answers": got})

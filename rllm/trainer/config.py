@@ -35,6 +35,7 @@ from rllm.types import DEFAULT_ADAPTER
 from rllm.utils.config import did_you_mean, unknown_name
 from rllm.utils.metrics import SINKS
 from rllm.utils.registry import Registry
+from rllm.workflows.coordinator import COORDINATOR, WORKER_STYLES
 
 
 class _Section(BaseModel):
@@ -447,7 +448,8 @@ class WorkflowConfig(_Section):
     name: str = Field(
         "single_turn",
         description="Workflow: single_turn (ask, score), tool_agent (ReAct loop with workflow.tools), "
-        "solver_judge (workflow.n_solvers solvers, a judge picks), flow (your own code: workflow.flow), one "
+        "solver_judge (workflow.n_solvers solvers, a judge picks), coordinator (workflow.workers answer the parts "
+        "of a multi-part task, data.task=multi_part), flow (your own code: workflow.flow), one "
         "registered in rllm.trainer.config.WORKFLOWS, or a registered environment's name (a multi-turn game; "
         "needs data.task=<the same name>; docs/agents.md). Its options follow.",
     )
@@ -485,6 +487,37 @@ class ToolAgentConfig(WorkflowConfig):
 
 class SolverJudgeConfig(WorkflowConfig):
     n_solvers: int = Field(2, ge=2, description="solvers per episode.")
+
+
+class CoordinatorConfig(WorkflowConfig):
+    workers: dict[str, str] = Field(
+        default_factory=lambda: {"worker_a": "plain", "worker_b": "worked_example"},
+        description="coordinator: the worker roles (role name -> prompt style: plain = the sub-task's "
+        "question alone, worked_example = a system prompt and one solved question of its kind first); at "
+        "least 2, each a trajectory name with its own advantage group.",
+    )
+    exploration: float = Field(
+        1.0,
+        ge=0,
+        description="coordinator: the UCB1 exploration weight c of the worker choice, rate + c * "
+        "sqrt(ln N / n) per sub-task kind (every role is tried once first); 0 = greedy after that.",
+    )
+
+    @field_validator("workers")
+    @classmethod
+    def _worker_roles(cls, workers: dict[str, str]) -> dict[str, str]:
+        if len(workers) < 2:
+            raise ValueError(
+                f"the coordinator needs at least 2 worker roles to choose from, got {list(workers)}"
+            )
+        for role, style in workers.items():
+            if style not in WORKER_STYLES:
+                raise ValueError(
+                    unknown_name("worker style", style, WORKER_STYLES, where=f" for worker {role!r}")
+                )
+            if role == COORDINATOR or not role.isidentifier():
+                raise ValueError(f"worker role {role!r}: use a name like worker_a (not {COORDINATOR!r})")
+        return workers
 
 
 class FlowConfig(WorkflowConfig):
@@ -549,6 +582,12 @@ WORKFLOWS.register(
     description="workflow.n_solvers solvers, a judge picks",
 )
 WORKFLOWS.register(
+    "coordinator",
+    "rllm.trainer.workflows:build_coordinator",
+    options=CoordinatorConfig,
+    description="splits a multi-part task, assigns each part to a worker role by its running success",
+)
+WORKFLOWS.register(
     "flow", "rllm.trainer.project:build_flow", options=FlowConfig, description="your own code: workflow.flow"
 )
 _VARIANTS: dict[tuple[str, type[BaseModel]], type[WorkflowConfig]] = {}
@@ -601,7 +640,7 @@ class DataConfig(_Section):
     task: str = Field(
         "larger",
         description="Dataset to train on: built-in (larger, smaller, add, multiply, count_letter, "
-        "countdown, code_problems, or an environment's task family), registered, or pulled from the "
+        "countdown, code_problems, multi_part, or an environment's task family), registered, or pulled from the "
         "catalog (rllm dataset list).",
     )
     train_split: str = Field("train", description="Split of data.task to train on.")

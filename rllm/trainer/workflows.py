@@ -14,6 +14,7 @@ from rllm.tools.named import make_named_tool
 from rllm.tools.tool import ToolRegistry
 from rllm.trainer.config import WORKFLOWS, TrainConfig
 from rllm.workflows.builtin import TOOL_SYSTEM_PROMPT, calculator_examples
+from rllm.workflows.coordinator import CoordinatorWorkflow
 from rllm.workflows.multi_turn import MultiTurnWorkflow
 from rllm.workflows.single_turn import SingleTurnWorkflow
 from rllm.workflows.solver_judge import SolverJudgeWorkflow
@@ -93,3 +94,9 @@ def build_solver_judge(cfg: TrainConfig, scoring: dict[str, Any]) -> SolverJudge
     return SolverJudgeWorkflow(
         n_solvers=cfg.workflow.n_solvers, solver_system_prompt=cfg.data.system_prompt, **scoring
     )
+
+
+def build_coordinator(cfg: TrainConfig, scoring: dict[str, Any]) -> CoordinatorWorkflow:
+    """The coordinator over ``workflow.workers``; the final answer graded by the dataset's reward."""
+    w = cfg.workflow
+    return CoordinatorWorkflow(w.workers, exploration=w.exploration, seed=cfg.trainer.seed, **scoring)

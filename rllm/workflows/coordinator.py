@@ -1,0 +1,188 @@
+"""Coordinator: a task of several parts is split into sub-tasks, each handed to the worker role that has done
+best on that kind of sub-task so far, and the coordinator role writes the final answer from the workers'
+reports. Every role is trained on its own contribution.
+
+    workflow = CoordinatorWorkflow({"worker_a": "plain", "worker_b": "worked_example"}, exploration=1.0)
+    cfg.algorithm.advantage = {"worker_a": "grpo", "worker_b": "grpo", "coordinator": "grpo"}
+
+What code does and what the model does:
+
+- **Split (code).** The task's parts are read from ``task["metadata"]["parts"]`` (``{"kind", "question",
+  "ground_truth"}`` each; ``data.task=multi_part``). The split is structural, not written by the model.
+- **Assignment (code).** Each part goes to a worker role chosen by ``CapabilityTable.choose(kind)``: UCB1
+  over each role's running success rate on that kind, kept across episodes (``rllm.workflows.capability``).
+  A greedy rollout (temperature 0: the held-out eval) takes the best rate, without exploring, and leaves
+  the table as it is.
+- **Sub-tasks (model, worker roles).** Each worker answers its part in its own trajectory (role = its name,
+  key ``<role>#<part>``), prompted in its own style: ``plain`` (the question alone) or ``worked_example``
+  (a system prompt and one solved question of the same kind first). The parts run concurrently.
+- **Final answer (model, coordinator role).** The coordinator reads every part's question with its worker's
+  reply and writes the final answer, the parts' answers in order ("82, 7, 3"): it extracts each number
+  from a worker's wording, orders them, and may overrule a worker it believes wrong.
+
+Credit by contribution: a worker trajectory's reward is its own part's score (``number`` reward); the
+coordinator's is the final answer's score (``reward_fn``, the dataset's ``number_list``: the fraction of
+parts right, 0 unless it lists as many numbers as there are parts). The episode's reward and correctness
+are the final answer's. Across the ``group_size`` attempts at a task each role forms its own advantage
+group (``algorithm.advantage`` per role works).
+
+Metrics: ``coordinator/accuracy`` (the final answer is right), ``coordinator/faithful`` (it lists exactly the
+workers' answers, in order), ``parts/accuracy`` and ``parts/<kind>/accuracy`` (the workers' answers),
+``<role>/accuracy`` (over the parts that role answered in the episode), and the table:
+``coordinator/capability/<role>/<kind>`` (running success rate), ``coordinator/assigned/<role>/<kind>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from rllm.data.builtin import GENERATORS, is_held_out
+from rllm.rewards.basic import extract_last_number, number_list, number_list_reward, number_reward
+from rllm.runner.context import RolloutContext
+from rllm.types import Outcome
+from rllm.workflows.capability import CapabilityTable
+from rllm.workflows.single_turn import RewardFn, score
+
+COORDINATOR = "coordinator"
+WORKER_STYLES: tuple[str, ...] = ("plain", "worked_example")
+"""How a worker is prompted: ``plain``, the part's question alone; ``worked_example``, a system prompt and
+one solved question of the part's kind before it."""
+
+WORKER_SYSTEM_PROMPT = "You answer short questions. Reply with only the answer."
+COORDINATOR_PROMPT = (
+    "You coordinate workers. A task had {n} parts; each part went to a worker.\n\n{reports}\n\n"
+    "Write the final answer: the number each worker found, in the order of the parts, separated by commas."
+)
+# The coordinator's worked example: told the format alone, SmolLM2-135M answers one number ("The answer is
+# 41.") in 6 of 6 greedy replies and never lists one per part; after this solved prompt it writes "74, 6".
+_EXAMPLE_PARTS = [
+    {"question": "Which number is larger, 41 or 17? Answer with just the number."},
+    {"question": "What is 2 + 4? Answer with just the number."},
+]
+_EXAMPLE_REPLIES = ["The larger number is 41.", "6"]
+_EXAMPLE_ANSWER = "41, 6"
+
+
+def _worked_example(kind: str) -> list[dict[str, str]]:
+    """One solved train question of ``kind`` as a user/assistant pair (the first train problem of seed 0)."""
+    rng = random.Random(0)
+    problem = GENERATORS[kind](rng)
+    while is_held_out(kind, problem):
+        problem = GENERATORS[kind](rng)
+    return [{"role": "user", "content": problem.question}, {"role": "assistant", "content": problem.answer}]
+
+
+def _report(parts: list[dict[str, Any]], replies: list[str]) -> str:
+    reports = "\n".join(
+        f"Part {i + 1}: {p['question']}\nWorker's answer: {r.strip()}"
+        for i, (p, r) in enumerate(zip(parts, replies, strict=True))
+    )
+    return COORDINATOR_PROMPT.format(n=len(parts), reports=reports)
+
+
+def coordinator_messages(parts: list[dict[str, Any]], replies: list[str]) -> list[dict[str, str]]:
+    """The coordinator's prompt: a solved example, then each part's question with its worker's reply and
+    the answer format."""
+    return [
+        {"role": "user", "content": _report(_EXAMPLE_PARTS, _EXAMPLE_REPLIES)},
+        {"role": "assistant", "content": _EXAMPLE_ANSWER},
+        {"role": "user", "content": _report(parts, replies)},
+    ]
+
+
+class CoordinatorWorkflow:
+    """Split ``task`` into its parts, assign each to a worker of ``workers`` (role name -> style) by the
+    capability table, and let the coordinator compose the final answer. One instance keeps one table."""
+
+    def __init__(
+        self,
+        workers: Mapping[str, str],
+        reward_fn: RewardFn = number_list_reward,
+        *,
+        part_reward_fn: RewardFn = number_reward,
+        exploration: float = 1.0,
+        seed: int = 0,
+        instruction: str | None = None,
+    ) -> None:
+        if len(workers) < 2:
+            raise ValueError(
+                f"a coordinator needs at least 2 worker roles to choose from, got {list(workers)}"
+            )
+        for role, style in workers.items():
+            if style not in WORKER_STYLES:
+                raise ValueError(
+                    f"worker {role!r} has style {style!r}: choose one of {', '.join(WORKER_STYLES)}"
+                )
+        if COORDINATOR in workers:
+            raise ValueError(f"{COORDINATOR!r} is the coordinator's own role: name the workers otherwise")
+        self.workers = dict(workers)
+        self.reward_fn = reward_fn
+        self.part_reward_fn = part_reward_fn
+        self.table = CapabilityTable(list(workers), exploration=exploration, seed=seed)
+        self._examples: dict[str, list[dict[str, str]]] = {}
+        # The dataset's answer instruction is the final answer's format, which the coordinator's prompt
+        # already states; accepted so the trainer's scoring arguments fit every workflow.
+        del instruction
+
+    def worker_messages(self, role: str, part: dict[str, Any]) -> list[dict[str, str]]:
+        """The prompt worker ``role`` sees for ``part``, in its style."""
+        question = [{"role": "user", "content": part["question"]}]
+        if self.workers[role] == "plain":
+            return question
+        kind = part["kind"]
+        if kind not in self._examples:
+            self._examples[kind] = _worked_example(kind) if kind in GENERATORS else []
+        return [{"role": "system", "content": WORKER_SYSTEM_PROMPT}, *self._examples[kind], *question]
+
+    async def _work(
+        self, task: dict[str, Any], ctx: RolloutContext, i: int, role: str
+    ) -> tuple[str, Outcome]:
+        part = task["metadata"]["parts"][i]
+        reply = (await ctx.chat(self.worker_messages(role, part), trajectory=role, key=f"{role}#{i}")).text
+        scored = await score(self.part_reward_fn, {**part, "task_id": f"{task['task_id']}#{i}"}, reply)
+        return reply, scored
+
+    async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
+        parts = (task.get("metadata") or {}).get("parts")
+        if not parts:
+            raise ValueError(
+                f"task {task.get('task_id', '?')!r} has no metadata.parts: the coordinator workflow needs "
+                "multi-part tasks (data.task=multi_part)"
+            )
+        explore = ctx.sampling.temperature > 0
+        roles = [self.table.choose(p["kind"], explore=explore) for p in parts]
+        done = await asyncio.gather(*(self._work(task, ctx, i, role) for i, role in enumerate(roles)))
+        replies = [reply for reply, _ in done]
+        if explore:
+            for part, role, (_, scored) in zip(parts, roles, done, strict=True):
+                self.table.record(role, part["kind"], scored.reward)
+        verdict = await ctx.chat(coordinator_messages(parts, replies), trajectory=COORDINATOR)
+        final = await score(self.reward_fn, task, verdict.text)
+
+        rewards: dict[str, float] = {
+            f"{role}#{i}": s.reward for i, (role, (_, s)) in enumerate(zip(roles, done, strict=True))
+        }
+        rewards[COORDINATOR] = final.reward
+        part_correct = [bool(s.is_correct) for _, s in done]
+        worker_numbers = [extract_last_number(r) for r in replies]
+        metrics = {
+            "coordinator/accuracy": float(bool(final.is_correct)),
+            "coordinator/faithful": float(number_list(verdict.text) == worker_numbers),
+            "parts/accuracy": sum(part_correct) / len(part_correct),
+        }
+        for part, ok in zip(parts, part_correct, strict=True):
+            metrics[f"parts/{part['kind']}/accuracy"] = float(ok)
+        for role in dict.fromkeys(roles):
+            mine = [ok for r, ok in zip(roles, part_correct, strict=True) if r == role]
+            metrics[f"{role}/accuracy"] = sum(mine) / len(mine)
+        metrics.update(self.table.metrics())
+        return Outcome(
+            reward=final.reward,
+            is_correct=final.is_correct,
+            role_rewards=rewards,
+            metrics=metrics,
+            info={"assigned": roles, "replies": replies, "final": verdict.text},
+        )

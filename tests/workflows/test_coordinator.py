@@ -1,0 +1,196 @@
+"""The coordinator workflow on the tiny model: the multi-part dataset, the capability table's choice rule,
+per-role credit on a hand-made episode, and the workflow's config options."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import ValidationError
+from workflow_support import ScriptedEngine, run_episodes
+
+from rllm.algorithms.transforms import group_episodes
+from rllm.data.builtin import Problem, is_held_out
+from rllm.data.generated import MULTI_PART
+from rllm.data.multi_part import PART_KINDS, multi_part_tasks
+from rllm.inference.base import SamplingParams
+from rllm.inference.local import LocalEngine
+from rllm.rewards.basic import number_list_reward
+from rllm.trainer.config import workflow_config
+from rllm.workflows.capability import CapabilityTable
+from rllm.workflows.coordinator import CoordinatorWorkflow
+
+SAMPLING = SamplingParams(temperature=1.0, max_tokens=16, seed=0)
+WORKERS = {"worker_a": "plain", "worker_b": "worked_example"}
+
+
+def test_multi_part_tasks_have_parts_of_distinct_kinds_and_a_combined_answer() -> None:
+    train, test = multi_part_tasks("train", 60, seed=0), multi_part_tasks("test", 60, seed=0)
+    assert MULTI_PART.reward == "number_list"
+    for split, tasks in (("train", train), ("test", test)):
+        for task in tasks:
+            parts = task["metadata"]["parts"]
+            kinds = [p["kind"] for p in parts]
+            assert len(parts) in (2, 3) and len(set(kinds)) == len(kinds) and set(kinds) <= set(PART_KINDS)
+            assert task["ground_truth"] == ", ".join(p["ground_truth"] for p in parts)
+            for i, p in enumerate(parts):
+                assert f"Part {i + 1}: {p['question']}" in task["question"]
+                # a part is a test part exactly when its problem is held out of its kind's own split
+                key = ",".join(sorted(re.findall(r"\d+", p["question"]), key=int))
+                if p["kind"] == "count_letter":
+                    word, letter = re.findall(r"'(\w+)'", p["question"])[::-1]
+                    key = f"{word}:{letter}"
+                assert is_held_out(p["kind"], Problem(p["question"], p["ground_truth"], key)) == (
+                    split == "test"
+                )
+    assert {len(t["metadata"]["parts"]) for t in train} == {2, 3}
+    assert len({t["question"] for t in test}) == len(test)
+    assert multi_part_tasks("test", 60, seed=0) == test  # deterministic by seed
+    assert multi_part_tasks("train", 60, seed=1) != train
+    with pytest.raises(ValueError, match="split must be"):
+        multi_part_tasks("dev", 1)
+
+
+def test_number_list_reward_grades_each_position_and_refuses_extra_numbers() -> None:
+    task = {"task_id": "t", "ground_truth": "82, 7, 3"}
+    assert number_list_reward(task, "82, 7, 3").is_correct
+    assert number_list_reward(task, "82,7,3.").reward == 1.0
+    wrong = number_list_reward(task, "82, 8, 3")
+    assert (wrong.reward, wrong.is_correct) == (pytest.approx(2 / 3), False)
+    assert number_list_reward(task, "Part 1: 82, 7, 3").reward == 0.0  # four numbers for three parts
+    assert number_list_reward(task, "no idea").reward == 0.0
+
+
+def test_capability_table_tries_every_role_then_prefers_the_better_one() -> None:
+    table = CapabilityTable(["a", "b"], exploration=2.0, seed=0)
+    # One batch: all choose before any finishes, and the pending assignments spread them over the roles.
+    first = [table.choose("add") for _ in range(4)]
+    assert first[:2] == ["a", "b"] and sorted(first) == ["a", "a", "b", "b"]
+    truth = {"a": 0.0, "b": 1.0}  # b always gets add right, a never
+    for role in first:
+        table.record(role, "add", truth[role])
+    picks = []
+    for _ in range(40):
+        role = table.choose("add")
+        table.record(role, "add", truth[role])
+        picks.append(role)
+    assert picks.count("b") >= 32  # exploits b ...
+    assert "a" in picks[20:]  # ... and the bonus still has it try a now and then
+    assert table.rates()[("b", "add")] == 1.0 and table.rates()[("a", "add")] == 0.0
+    assert table.choose("add", explore=False) == "b"
+    # Another kind starts from scratch: its own record per role.
+    assert table.choose("larger") == "a"
+    metrics = table.metrics()
+    assert metrics["coordinator/capability/b/add"] == 1.0 and "coordinator/capability/a/larger" not in metrics
+    # Same seed, same history, same choices; the state round-trips.
+    again = CapabilityTable(["a", "b"], exploration=2.0, seed=0)
+    again.load_state_dict(table.state_dict())
+    assert again.state_dict() == table.state_dict()
+    assert [again.choose("add") for _ in range(5)] == [table.choose("add") for _ in range(5)]
+
+
+def test_greedy_exploration_settles_after_trying_each_role() -> None:
+    table = CapabilityTable(["a", "b", "c"], exploration=0.0, seed=3)
+    for role, ok in zip([table.choose("k") for _ in range(3)], (0.0, 1.0, 0.0), strict=True):
+        table.record(role, "k", ok)
+    assert {table.choose("k") for _ in range(10)} == {"b"}
+
+
+def _scripted(prompt: str) -> str:
+    """Worker replies by part; the coordinator composes from what it was told (dropping 'The sum is')."""
+    if "You coordinate workers" in prompt:
+        mine = prompt.split("Part 1: Which number is larger, 37")[-1]  # after the worked example
+        return "82, 9" if "The sum is 9." in mine else "82, 7"
+    if "larger, 37 or 82" in prompt:
+        return "82"
+    return "The sum is 9." if "You answer short questions" in prompt else "7"
+
+
+TASK = {
+    "task_id": "mp",
+    "question": "...",
+    "ground_truth": "82, 9",
+    "metadata": {
+        "parts": [
+            {"kind": "larger", "question": "Which number is larger, 37 or 82?", "ground_truth": "82"},
+            {"kind": "add", "question": "What is 4 + 5?", "ground_truth": "9"},
+        ]
+    },
+}
+
+
+def test_each_role_is_credited_with_its_own_contribution(engine: LocalEngine) -> None:
+    # Attempt 1 gives both parts to worker_a (untried roles go first, in order); attempt 2 to worker_b,
+    # whose worked-example prompt gets add right where worker_a's plain one says 7.
+    workflow = CoordinatorWorkflow(WORKERS, exploration=1.0)
+    first, second = run_episodes(
+        ScriptedEngine(engine, _scripted), workflow, [TASK], SAMPLING, group_size=2, max_concurrency=1
+    )
+    assert first.info["assigned"] == ["worker_a", "worker_a"]
+    assert second.info["assigned"] == ["worker_b", "worker_b"]
+    assert [(t.name, t.info["key"], t.reward) for t in first.trajectories] == [
+        ("worker_a", "worker_a#0", 1.0),
+        ("worker_a", "worker_a#1", 0.0),
+        ("coordinator", "coordinator", 0.5),  # "82, 7": one part of two right
+    ]
+    assert [(t.name, t.reward) for t in second.trajectories] == [
+        ("worker_b", 1.0),
+        ("worker_b", 1.0),
+        ("coordinator", 1.0),
+    ]
+    assert (first.reward, first.is_correct, second.reward, second.is_correct) == (0.5, False, 1.0, True)
+    assert first.metrics["worker_a/accuracy"] == 0.5 and second.metrics["worker_b/accuracy"] == 1.0
+    assert first.metrics["parts/add/accuracy"] == 0.0 and second.metrics["parts/add/accuracy"] == 1.0
+    assert first.metrics["coordinator/faithful"] == 1.0 and second.metrics["coordinator/faithful"] == 1.0
+    worker_b_prompt = second.trajectories[1].steps[0].messages
+    assert worker_b_prompt[0]["role"] == "system" and len(worker_b_prompt) == 4  # system, example, question
+    coordinator_prompt = second.trajectories[2].steps[0].messages[-1]["content"]
+    assert "Part 2: What is 4 + 5?\nWorker's answer: The sum is 9." in coordinator_prompt
+    assert workflow.table.rates() == {
+        ("worker_a", "larger"): 1.0,
+        ("worker_a", "add"): 0.0,
+        ("worker_b", "larger"): 1.0,
+        ("worker_b", "add"): 1.0,
+    }
+    # Each role its own advantage group across the attempts.
+    groups = group_episodes([first, second])
+    assert [(g.trajectory_name, len(g.members)) for g in groups] == [
+        ("worker_a", 2),
+        ("coordinator", 2),
+        ("worker_b", 2),
+    ]
+    # A greedy rollout (the held-out eval) takes the best rate and leaves the table alone.
+    before = workflow.table.state_dict()
+    (greedy,) = run_episodes(
+        ScriptedEngine(engine, _scripted), workflow, [TASK], SamplingParams(temperature=0.0, max_tokens=16)
+    )
+    assert greedy.info["assigned"][1] == "worker_b" and workflow.table.state_dict() == before
+
+
+def test_the_tiny_models_own_replies_give_complete_episodes(engine: LocalEngine) -> None:
+    tasks = multi_part_tasks("train", 2, seed=0)
+    for ep in run_episodes(engine, CoordinatorWorkflow(WORKERS), tasks, SAMPLING, group_size=2):
+        assert not ep.failed and ep.trajectories[-1].name == "coordinator"
+        assert len(ep.trajectories) == len(ep.info["assigned"]) + 1
+    kinds = {p["kind"] for t in tasks for p in t["metadata"]["parts"]}
+    assert {f"coordinator/capability/{r}/{k}" for r in WORKERS for k in kinds} <= set(ep.metrics)
+
+
+def test_a_task_without_parts_is_refused(engine: LocalEngine) -> None:
+    (ep,) = run_episodes(engine, CoordinatorWorkflow(WORKERS), [{"task_id": "x", "question": "?"}], SAMPLING)
+    assert ep.failed and "data.task=multi_part" in str(ep.info)
+
+
+def test_config_options_are_validated() -> None:
+    cfg = workflow_config("coordinator", exploration=0.5)
+    assert cfg.workers == WORKERS and cfg.exploration == 0.5
+    with pytest.raises(ValidationError, match="at least 2 worker roles"):
+        workflow_config("coordinator", workers={"solo": "plain"})
+    with pytest.raises(ValidationError, match="did you mean 'worked_example'"):
+        workflow_config("coordinator", workers={"a": "plain", "b": "worked_exampel"})
+    with pytest.raises(ValidationError, match="not 'coordinator'"):
+        workflow_config("coordinator", workers={"a": "plain", "coordinator": "plain"})
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        workflow_config("coordinator", exploration=-1)
+    with pytest.raises(ValidationError, match="exploration"):
+        workflow_config("single_turn", exploration=1.0)
