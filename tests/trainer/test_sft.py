@@ -221,3 +221,25 @@ def test_a_short_run_learns_resumes_exactly_and_leaves_a_model_the_engine_loads(
     assert run["kind"] == "sft" and run["status"] == "finished"
     series = client.get(f"/api/runs/{run['id']}/metrics").json()["series"]
     assert len(series["train/loss"]) == 20 and [p[0] for p in series["eval/loss"]] == [0, 10, 20]
+
+
+def test_micro_batches_are_length_buckets_that_keep_a_groups_answers_together() -> None:
+    from rllm.trainer.backends.local import micro_batch_order  # torch: the backend module
+    from rllm.types import TrainSequence
+
+    def row(prompt: list[int], answer_len: int) -> TrainSequence:
+        n = len(prompt) + answer_len
+        mask = [0] * len(prompt) + [1] * answer_len
+        return TrainSequence(
+            input_ids=prompt + [7] * answer_len,
+            loss_mask=mask,
+            rollout_logprobs=[0.0] * n,
+            advantages=[1.0] * n,
+        )
+
+    # SFT rows (every prompt different): shortest first, whatever the prompt tokens say.
+    sft = [row([9, 1], 30), row([1, 5], 3), row([5, 5], 12)]
+    assert micro_batch_order(sft) == [1, 2, 0]
+    # A group's answers share a prompt: together, placed by their longest row.
+    group = [row([3], 2), row([8], 10), row([3], 20), row([4], 5)]
+    assert micro_batch_order(group) == [3, 1, 0, 2]
