@@ -142,6 +142,8 @@ class SFTTrainer:
     # ------------------------------------------------------------------ data order
     def _epoch_order(self, epoch: int) -> list[int]:
         order = list(range(len(self.train_rows)))
+        if not self.cfg.sft.shuffle:
+            return order
         random.Random(self.cfg.trainer.seed * 1_000_003 + epoch).shuffle(order)
         return order
 

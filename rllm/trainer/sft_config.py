@@ -79,6 +79,9 @@ class SFTSection(_Section):
         "splits one: docs/sft.md). The loss is the mean over every assistant token of the step's sequences.",
     )
     epochs: int = Field(1, gt=0, description="Passes over the training set when trainer.steps is not set.")
+    shuffle: bool = Field(
+        True, description="Shuffle the training rows each epoch (seeded by trainer.seed); false: file order."
+    )
     max_length: int = Field(2048, gt=1, description="Most tokens per training sequence.")
     overlong: Literal["truncate", "drop"] = Field(
         "truncate",
