@@ -18,7 +18,15 @@ from rllm.inference.chat_template import CHECK_CONVERSATIONS, ChatRenderer
 from rllm.inference.local import LocalEngine
 from rllm.trainer import SFTConfig, SFTTrainer
 from rllm.trainer.backends.base import UnsupportedConfigError
-from rllm.trainer.sft_data import Conversation, SFTDataError, load_conversations, render_conversation
+from rllm.trainer.backends.local import micro_batch_order
+from rllm.trainer.sft_data import (
+    Conversation,
+    SFTDataError,
+    load_conversations,
+    render_conversation,
+    render_rows,
+)
+from rllm.types import TrainSequence
 from rllm.ui.app import create_app
 from rllm.utils.config import load_config
 
@@ -87,6 +95,22 @@ def test_only_assistant_tokens_are_trained_and_they_are_the_templates_own_render
     assert "get_weather" in masked_text and '"temp_c": 18' in masked_text  # tool list and results masked
 
 
+def test_overlong_rows_are_truncated_or_dropped_and_counted(renderer: ChatRenderer) -> None:
+    eos = renderer.tokenizer.eos_token_id
+    short = Conversation([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}])
+    long = Conversation([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "word " * 200}])
+    n_short = len(render_conversation(renderer, short, eos)[0].input_ids)
+    rows, stats = render_rows(
+        renderer, [short, long], eos_id=eos, max_length=n_short + 5, overlong="truncate"
+    )
+    assert (stats.truncated, stats.dropped) == (1, 0) and len(rows[1].input_ids) == n_short + 5
+    assert sum(rows[1].loss_mask) > 0
+    rows, stats = render_rows(renderer, [short, long], eos_id=eos, max_length=n_short + 5, overlong="drop")
+    assert (stats.truncated, stats.dropped) == (0, 1) and len(rows) == 1
+    with pytest.raises(SFTDataError, match="raise sft.max_length"):
+        render_rows(renderer, [long], eos_id=eos, max_length=4, overlong="truncate")  # no answer token left
+
+
 def test_each_format_reads_to_the_same_conversations(tmp_path: Path) -> None:
     q, a = FACTS[0]
     want = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
@@ -142,6 +166,9 @@ def test_bad_data_and_backends_are_one_line_errors(
         assert main(["sft", f"model.path={tiny_model_dir}", *overrides]) == 2, overrides
         err = capsys.readouterr().err.strip()
         assert err.startswith("rllm: error:") and message in err and "\n" not in err, (overrides, err)
+    assert main(["sft", "--help-config"]) == 0
+    listing = capsys.readouterr().out
+    assert "sft.batch_size" in listing and "backend.distributed.world_size" in listing
     with pytest.raises(UnsupportedConfigError, match="cross_entropy"):
         SFTTrainer(load_config(SFTConfig, None, ["backend.name=tinker"]))
 
@@ -224,9 +251,6 @@ def test_a_short_run_learns_resumes_exactly_and_leaves_a_model_the_engine_loads(
 
 
 def test_micro_batches_are_length_buckets_that_keep_a_groups_answers_together() -> None:
-    from rllm.trainer.backends.local import micro_batch_order  # torch: the backend module
-    from rllm.types import TrainSequence
-
     def row(prompt: list[int], answer_len: int) -> TrainSequence:
         n = len(prompt) + answer_len
         mask = [0] * len(prompt) + [1] * answer_len
