@@ -15,7 +15,14 @@ import argparse
 import logging
 from typing import TYPE_CHECKING
 
-from rllm.cli.train_cmd import EXIT_FAILURE, EXIT_USAGE, _error, split_config_args
+from rllm.cli.train_cmd import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    _error,
+    _no_hf_progress_bars_in_logs,
+    _sigterm_unwinds,
+    split_config_args,
+)
 from rllm.models import ModelPullError
 
 if TYPE_CHECKING:
@@ -81,7 +88,9 @@ def run_sft(args: argparse.Namespace) -> int:
         trainer.run_dir,
     )
     try:
-        result = trainer.train()
+        # SIGTERM unwinds like Ctrl-C, so a distributed run stops its Ray ranks (see rllm train).
+        with _no_hf_progress_bars_in_logs(), _sigterm_unwinds():
+            result = trainer.train()
     except UnsupportedConfigError as err:  # e.g. the run directory already has checkpoints
         return _error(err, EXIT_USAGE)
     except StoreError as err:
