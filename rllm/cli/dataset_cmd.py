@@ -6,6 +6,8 @@
     rllm dataset inspect gsm8k [--split test] [-n 3]   show a few rows
     rllm dataset register mine data.jsonl [--split train] [--reward math] [--question-key q --answer-key a]
     rllm dataset remove mine
+    rllm dataset from-eval results.jsonl -o sft.jsonl --correct-only --best-of 2   curate an eval into SFT data
+    rllm dataset from-run runs/my-run -o sft.jsonl --min-reward 1 --steps 5:   ... a training run's episodes
 
 Each subcommand stores its handler as ``args.func``; a handler takes the parsed arguments and returns
 the process exit code.
@@ -14,8 +16,10 @@ the process exit code.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rllm.data.registry import DatasetInfo
@@ -36,7 +40,9 @@ def add_dataset_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     """Register ``rllm dataset {list,pull,inspect,register,remove}`` on the top-level CLI's ``subparsers``."""
     parser = subparsers.add_parser("dataset", help="list, pull, inspect, register and remove datasets")
     commands = parser.add_subparsers(
-        dest="dataset_command", metavar="{list,pull,inspect,register,remove}", required=True
+        dest="dataset_command",
+        metavar="{list,pull,inspect,register,remove,from-eval,from-run}",
+        required=True,
     )
 
     listing = commands.add_parser(
@@ -101,7 +107,89 @@ def add_dataset_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     remove = commands.add_parser("remove", help="delete a registered dataset and all its splits")
     remove.add_argument("name")
     remove.set_defaults(func=run_dataset_remove)
+
+    from_eval = commands.add_parser(
+        "from-eval",
+        help="curate an eval's samples into an SFT dataset of chat conversations (messages JSONL)",
+        description="Rejection sampling: read the samples of an `rllm eval --output RESULTS` file and the "
+        "conversations the gateway recorded beside it (RESULTS' .traces.db), keep those that pass the "
+        "filters, and write them as OpenAI/TRL `messages` rows (docs/datasets.md, Curation).",
+    )
+    from_eval.add_argument("results", help="the results JSONL of `rllm eval --output`")
+    _curate_options(from_eval, default_out="<RESULTS>.sft.jsonl")
+    from_eval.set_defaults(func=run_dataset_from_eval)
+
+    from_run = commands.add_parser(
+        "from-run",
+        help="curate a training run's episodes into an SFT dataset of chat conversations (messages JSONL)",
+        description="Rejection sampling: read every finished episode of a training run (its directory's "
+        "journal.db; a run known only to the run store gives the sample of episodes the store keeps), keep "
+        "the conversations that pass the filters, and write them as OpenAI/TRL `messages` rows.",
+    )
+    from_run.add_argument("run", help="a run directory (runs/NAME), or a run's name or id in the run store")
+    from_run.add_argument(
+        "--steps",
+        default=None,
+        metavar="A:B",
+        help="only training steps A to B, both included, numbered as logged (1-based); A: or :B leave one "
+        "side open",
+    )
+    from_run.add_argument(
+        "--store",
+        default=None,
+        help="the run store to look RUN up in (default: $RLLM_STORE, else runs/rllm.db)",
+    )
+    _curate_options(from_run, default_out="<RUN>.sft.jsonl in the current directory")
+    from_run.set_defaults(func=run_dataset_from_run)
     return parser
+
+
+def _curate_options(p: argparse.ArgumentParser, default_out: str) -> None:
+    """The filters and output options ``from-eval`` and ``from-run`` share."""
+    p.add_argument(
+        "-o", "--output", default=None, help=f"the messages JSONL to write (default {default_out})"
+    )
+    p.add_argument("--min-reward", type=float, default=None, help="keep conversations with reward >= X")
+    p.add_argument("--correct-only", action="store_true", help="keep only episodes graded correct")
+    p.add_argument(
+        "--best-of",
+        type=int,
+        default=None,
+        metavar="K",
+        help="per task (and role) keep at most K conversations: highest reward first, then correct, then "
+        "the shorter response, then the first read",
+    )
+    p.add_argument(
+        "--min-tokens",
+        type=int,
+        default=None,
+        help="keep responses of at least N sampled tokens (characters where the source has no token counts)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="keep responses of at most N sampled tokens (characters where the source has no token counts)",
+    )
+    p.add_argument(
+        "--role", default=None, help="keep one role's conversations (multi-role episodes: solver, judge)"
+    )
+    p.add_argument(
+        "--keep-duplicates", action="store_true", help="keep identical conversations (default: dedupe)"
+    )
+    p.add_argument(
+        "--tool-parser",
+        default="hermes",
+        help="read tool calls written as text in replies with this parser into OpenAI tool_calls "
+        "(hermes; none keeps the text)",
+    )
+    p.add_argument(
+        "--register",
+        default=None,
+        metavar="NAME",
+        help="also register the output as local dataset NAME (split train): the first user message is the "
+        "question, the kept reply the answer, the conversation in metadata",
+    )
 
 
 def _error(err: BaseException) -> int:
@@ -297,3 +385,75 @@ def run_dataset_remove(args: argparse.Namespace) -> int:
         return _error(err)
     print(f"removed {args.name}")
     return 0
+
+
+def _curate_and_write(args: argparse.Namespace, read: Any, default_out: Path) -> int:
+    """Read conversations with ``read()``, filter them as ``args`` says, write and summarise them."""
+    # rllm.eval's package loads the eval runner and the gateway: not at `rllm --help`
+    from rllm.eval.curate import CurateFilters, CurationError, curate, parse_steps, write_messages_jsonl
+
+    try:
+        filters = CurateFilters(
+            min_reward=args.min_reward,
+            correct_only=args.correct_only,
+            best_of=args.best_of,
+            min_tokens=args.min_tokens,
+            max_tokens=args.max_tokens,
+            role=args.role,
+            steps=parse_steps(args.steps) if getattr(args, "steps", None) else None,
+            dedupe=not args.keep_duplicates,
+        )
+        conversations, note = read()
+        result = curate(conversations, filters, note=note)
+        out = write_messages_jsonl(result.kept, args.output or default_out)
+        registered = _register_curated(args.register, out) if args.register else None
+    except (CurationError, *_user_errors()) as err:
+        return _error(err)
+    print(result.summary())
+    print(f"wrote {out}" + (f"; registered as dataset {registered}" if registered else ""))
+    return 0
+
+
+def _register_curated(name: str, path: Path) -> str:
+    """Register the messages JSONL at ``path`` as dataset ``name`` (see ``--register``)."""
+    from rllm.data.registry import DatasetRegistry  # not at `rllm --help`
+
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines()):
+        row = json.loads(line)
+        messages = row["messages"]
+        question = next((m["content"] for m in messages if m["role"] == "user"), "")
+        rows.append(
+            {
+                "task_id": f"{row['task_id']}#{i}",
+                "question": question,
+                "ground_truth": messages[-1].get("content") or "",
+                "data_source": name,
+                "metadata": {k: v for k, v in row.items() if k != "task_id"} | {"task": row["task_id"]},
+            }
+        )
+    info = DatasetRegistry().register(name, rows, "train", description=f"curated from {path.name}")
+    return info.name
+
+
+def run_dataset_from_eval(args: argparse.Namespace) -> int:
+    """Curate the eval results ``args.results`` into a messages JSONL."""
+    from rllm.eval.curate_sources import conversations_from_eval  # the gateway's store: not at `rllm --help`
+
+    results = Path(args.results)
+    return _curate_and_write(
+        args,
+        lambda: conversations_from_eval(results, tool_parser=args.tool_parser),
+        results.with_suffix(".sft.jsonl"),
+    )
+
+
+def run_dataset_from_run(args: argparse.Namespace) -> int:
+    """Curate the training run ``args.run`` into a messages JSONL."""
+    from rllm.eval.curate_sources import conversations_from_run  # the run store: not at `rllm --help`
+
+    return _curate_and_write(
+        args,
+        lambda: conversations_from_run(args.run, store=args.store, tool_parser=args.tool_parser),
+        Path(f"{Path(args.run).name}.sft.jsonl"),
+    )

@@ -10,6 +10,8 @@
                                                score a model on a dataset: accuracy, pass@k (resumable)
     rllm model pull smollm2-135m | list        fetch and list the built-in models
     rllm dataset list | pull | inspect | register | remove   manage datasets (built-in, local, hub catalog)
+    rllm dataset from-eval RESULTS | from-run RUN [-o OUT.jsonl] [--correct-only] [--best-of K] ...
+                                               curate recorded attempts into an SFT messages dataset
     rllm gateway --model MODEL [--port P] [--upstream URL ...] [--store PATH] [--api-key KEY]
                                                serve a model behind the trace-recording OpenAI gateway
     rllm ui [--port P] [--store PATH]          browse runs in a web UI (live metrics, episodes, tokens)
