@@ -40,12 +40,15 @@ from rllm.cli.main import build_parser, main
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.backends.base import TrainingBackend
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.sft_config import SFTConfig
 from rllm.utils.config import is_config_key
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_DIRS = ("rllm", "examples", "scripts", "benchmarks")
 
-SECTIONS = tuple(TrainConfig.model_fields)
+# `rllm sft`'s config shares most sections with TrainConfig; a quoted key may be a key of either.
+CONFIGS = (TrainConfig, SFTConfig)
+SECTIONS = tuple(dict.fromkeys(name for cfg in CONFIGS for name in cfg.model_fields))
 # Possessive: a dotted name is taken whole, so a longer name or a call is skipped whole, never a prefix of it.
 KEY = re.compile(r"(?<![\w.$/{\\-])(?:" + "|".join(SECTIONS) + r")(?:\.(?:[A-Za-z_]\w*|\*))++(?![\w(])")
 FILE_NAME = re.compile(r"\.(?:jsonl?|ya?ml|parquet|py|md|txt|csv|db|png|safetensors|bin|log|html|js|sh)$")
@@ -107,7 +110,9 @@ def _unknown_keys_in(path: Path) -> list[str]:
         f"{where}:{line}: {key}"
         for line, text in _texts(path)
         for key in KEY.findall(text)
-        if not is_config_key(TrainConfig, key) and not _is_code(key) and (where, key) not in DELIBERATE
+        if not any(is_config_key(cfg, key) for cfg in CONFIGS)
+        and not _is_code(key)
+        and (where, key) not in DELIBERATE
     ]
 
 

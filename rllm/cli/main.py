@@ -4,6 +4,8 @@
     rllm train [CONFIG.yaml] [key=value ...]   train (defaults: built-in model and task, LoRA GRPO;
                                                in a project: its ./rllm.yaml)
     rllm train --help-config                   every config key with its type, default and meaning
+    rllm sft [CONFIG.yaml] [key=value ...]     supervised fine-tuning on a file of conversations (loss on
+                                               the assistant turns; same backends; docs/sft.md)
     rllm eval DATASET [--model M | --base-url URL --model NAME] [--k K] [--max-examples N] [--output PATH]
                                                score a model on a dataset: accuracy, pass@k (resumable)
     rllm model pull smollm2-135m | list        fetch and list the built-in models
@@ -42,6 +44,7 @@ from rllm.cli.init_cmd import add_init_parser
 from rllm.cli.model_cmd import add_model_parser
 from rllm.cli.replay_cmd import add_replay_parser
 from rllm.cli.serve_cmd import add_serve_parser
+from rllm.cli.sft_cmd import add_sft_parser
 from rllm.cli.train_cmd import add_train_parser
 from rllm.cli.ui_cmd import add_ui_parser
 
@@ -66,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(
         dest="command",
-        metavar="{init,train,eval,replay,ui,gateway,serve,model,dataset,check-template,version}",
+        metavar="{init,train,sft,eval,replay,ui,gateway,serve,model,dataset,check-template,version}",
         required=True,
     )
     train = add_train_parser(subparsers)
@@ -78,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="logging level (default: INFO)",
     )
+    add_sft_parser(subparsers)
     add_eval_parser(subparsers)
     add_replay_parser(subparsers)
     add_init_parser(subparsers)

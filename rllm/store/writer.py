@@ -45,7 +45,7 @@ from rllm.types import Episode
 
 logger = logging.getLogger(__name__)
 
-RunKind = Literal["train", "eval", "gateway"]
+RunKind = Literal["train", "eval", "gateway", "sft"]
 
 # The metrics whose latest value the runs page shows (each run keeps those it logs).
 HEADLINE_METRICS = (
@@ -56,6 +56,7 @@ HEADLINE_METRICS = (
     "train/loss",
     "response_len/mean",
     "eval/mean_reward",
+    "eval/loss",
 )
 
 

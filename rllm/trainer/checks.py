@@ -49,6 +49,26 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     _check_async(cfg)
 
 
+def check_backend_config(cfg: TrainConfig, capabilities: Any) -> None:
+    """The part of :func:`check_config` about the training backend alone (its loss, LoRA or full, its
+    ``backend.*`` keys, its own refusals): what a run without rollouts (``rllm sft``) must pass."""
+    _check_capabilities(cfg, capabilities)
+    _check_backend(cfg, capabilities)
+    _check_backend_keys(cfg, capabilities)
+    BACKENDS.get(cfg.backend.name).check_config(cfg)
+
+
+def _check_backend_keys(cfg: TrainConfig, capabilities: Any) -> None:
+    """backend.* keys set that the backend does not read are refused, not ignored."""
+    backend = cfg.backend.name
+    unread = sorted(cfg.backend.model_fields_set - {"name", backend} - capabilities.backend_keys)
+    if unread:
+        raise UnsupportedConfigError(
+            f"backend.name={backend} does not read backend.{', backend.'.join(unread)}: drop "
+            f"{'it' if len(unread) == 1 else 'them'}"
+        )
+
+
 def _check_async(cfg: TrainConfig) -> None:
     """rollout.partial_rollouts only means something in async mode; async on vLLM needs hot-loaded adapters."""
     r = cfg.rollout
@@ -239,12 +259,7 @@ def _check_plugins(cfg: TrainConfig, capabilities: Any) -> None:
             f"and inference.engine={engine} takes {engine_caps.weight_transfer}: pick an engine that takes "
             f"them ({', '.join(_engines_taking(capabilities.weight_transfer)) or 'none registered'})"
         )
-    unread = sorted(cfg.backend.model_fields_set - {"name", backend} - capabilities.backend_keys)
-    if unread:
-        raise UnsupportedConfigError(
-            f"backend.name={backend} does not read backend.{', backend.'.join(unread)}: drop "
-            f"{'it' if len(unread) == 1 else 'them'}"
-        )
+    _check_backend_keys(cfg, capabilities)
     r = cfg.rollout
     if (r.top_p < 1.0 or r.top_k) and not engine_caps.truncation_logprobs_exact:
         # e.g. vLLM's servers run with logprobs_mode=processed_logprobs: after top-k/top-p, so a logprob is

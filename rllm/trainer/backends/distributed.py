@@ -48,7 +48,7 @@ import torch
 
 from rllm.algorithms.losses import LossConfig
 from rllm.trainer.backends.base import TrainingBackend, UnsupportedConfigError
-from rllm.trainer.backends.local import LOCAL_CAPABILITIES
+from rllm.trainer.backends.local import LOCAL_CAPABILITIES, micro_batch_order
 from rllm.trainer.config import TrainConfig, adapter_names, role_adapters
 from rllm.types import DEFAULT_ADAPTER, TrainBatch
 
@@ -67,17 +67,11 @@ TRAINER_STATE = "trainer_state.pt"  # written by rank 0 (see _fsdp_rank.py)
 
 def split_by_tokens(batch: TrainBatch, world_size: int) -> list[list[int]]:
     """Indices of ``batch.sequences`` for each rank: contiguous runs of the local backend's micro-batch
-    order (prompt, then length: a group's answers stay together for the shared-prefix forward), cut so
+    order (length buckets, a group's answers together for the shared-prefix forward), cut so
     that each rank gets about ``1/world_size`` of the tokens, and every rank one sequence when there
     are enough. Deterministic: the same batch always splits the same way."""
     seqs = batch.sequences
-    order = sorted(
-        range(len(seqs)),
-        key=lambda i: (
-            seqs[i].input_ids[: seqs[i].loss_mask.index(1) if 1 in seqs[i].loss_mask else 0],
-            len(seqs[i].input_ids),
-        ),
-    )
+    order = micro_batch_order(seqs)
     total = sum(len(s.input_ids) for s in seqs)
     shards: list[list[int]] = [[] for _ in range(world_size)]
     rank, acc = 0, 0.0

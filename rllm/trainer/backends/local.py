@@ -64,6 +64,25 @@ def _attn_implementation(setting: str, device: torch.device) -> str:
     return "sdpa" if device.type == "cuda" else "eager"
 
 
+def micro_batch_order(sequences: list[TrainSequence]) -> list[int]:
+    """The order rows are cut into micro-batches in: length buckets, so rows of similar length share a
+    micro-batch and padding stays low (SFT rows, whose prompts all differ, sort by length). Rows that share
+    their prompt (a group's answers) stay together, placed by the group's longest row, so ``share_prefix``
+    computes the prompt once. Order inside an optimizer step does not change the gradient."""
+
+    def prompt(i: int) -> tuple[int, ...]:
+        s = sequences[i]
+        return tuple(s.input_ids[: s.loss_mask.index(1) if 1 in s.loss_mask else 0])
+
+    prompts = [prompt(i) for i in range(len(sequences))]
+    longest: dict[tuple[int, ...], int] = {}
+    for p, s in zip(prompts, sequences):
+        longest[p] = max(longest.get(p, 0), len(s.input_ids))
+    return sorted(
+        range(len(sequences)), key=lambda i: (longest[prompts[i]], prompts[i], len(sequences[i].input_ids))
+    )
+
+
 class LocalBackend(TrainingBackend):
     """Owns the policy (fp32 master weights), the optimizer and the LR schedule."""
 
@@ -151,13 +170,7 @@ class LocalBackend(TrainingBackend):
 
     # ------------------------------------------------------------------ tensors
     def _micro_batches(self, batch: TrainBatch) -> list[list[TrainSequence]]:
-        # Sorting by length keeps padding low; order inside an optimizer step does not change the gradient.
-        # Sorting by (prompt, length) keeps padding low and puts a group's answers, which share their
-        # prompt, in the same micro-batch; order inside an optimizer step does not change the gradient.
-        seqs = sorted(
-            batch.sequences,
-            key=lambda s: (s.input_ids[: s.loss_mask.index(1) if 1 in s.loss_mask else 0], len(s.input_ids)),
-        )
+        seqs = [batch.sequences[i] for i in micro_batch_order(batch.sequences)]
         mb = self.cfg.backend.micro_batch_size
         return [seqs[i : i + mb] for i in range(0, len(seqs), mb)]
 
