@@ -17,7 +17,7 @@ teacher at each step (distill only: the RL run has no teacher in its loop) and t
         --baseline-run runs/default                 # full: 32 steps of distillation (CPU: ~20-40 min)
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_distill.py --quick   # plumbing: tiny models, < 1 min
 
-``--quick`` runs both modes for a few steps on tiny random Llamas with the smollm2 tokenizer (the teacher
+``--quick`` runs both modes for a few steps on tiny random Llamas with the smollm2 tokenizer (the teacher is
 the student's init with sharpened outputs): accuracy stays at 0 there, and six steps over a 49k-token
 vocabulary are too few for the KL to move beyond noise; it checks that the teacher scores every step and
 that the report prints. That distillation learns is tests/trainer/test_distill_run.py's job (a 16-token
@@ -173,6 +173,8 @@ def main() -> None:
     if not rl_acc:
         sys.exit("the baseline run has no eval/accuracy records")
     teacher_accuracy = rl_acc[max(rl_acc)]  # the default run's final eval is its final model's: the teacher's
+    if args.steps:  # the same budget: the baseline's first --steps steps (a constant LR: the same steps)
+        rl = [r for r in rl if r["step"] <= args.steps]
     distill = run("distill", out, [*steps, f"algorithm.distill.teacher={args.teacher}", *DISTILL])
     report(distill, rl, teacher_accuracy)
 

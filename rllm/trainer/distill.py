@@ -120,7 +120,7 @@ class RemoteTeacher:
 
     def score_ids(self, ids: list[int]) -> list[float]:
         """The endpoint's logprob of each token of ``ids`` given the ones before (0.0 at position 0)."""
-        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
         response = self.client.post(f"{self.url}/completions", json=body)
         if response.status_code != 200:
             raise TeacherEndpointError(
