@@ -172,3 +172,22 @@ def test_an_unreachable_endpoint_is_refused_by_the_probe(tmp_path: Path) -> None
     with pytest.raises(TeacherEndpointError, match="cannot be reached"):
         teacher.check(AutoTokenizer.from_pretrained(student))
     teacher.close()
+
+
+def test_the_async_loop_distills_too(tmp_path: Path) -> None:
+    """With rollout.max_staleness=1 the training thread calls the teacher: every step logs its reverse KL."""
+    student = make_tiny_vocab_model(tmp_path / "student")
+    teacher = _sharp_teacher(tmp_path / "teacher")
+    cfg = _distill_config(
+        student,
+        tmp_path / "runs",
+        3,
+        f"algorithm.distill.teacher={teacher}",
+        "rollout.max_staleness=1",
+        "eval.before=false",
+        "eval.after=false",
+    )
+    AgentTrainer(cfg, workflow=three_tokens, train_tasks=TASKS, test_tasks=TASKS).train()
+    records = [r for r in _records(tmp_path / "runs" / "learn") if "time/step_s" in r]
+    assert len(records) == 3
+    assert all(r["distill/reverse_kl"] > 0.5 and r["distill/teacher_s"] > 0 for r in records)
