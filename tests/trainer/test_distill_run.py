@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 from test_learning import TASKS, make_tiny_vocab_model
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rllm.gateway.app import create_app
+from rllm.gateway.server import GatewayServer
+from rllm.gateway.traces import TraceStore
+from rllm.inference.local import LocalEngine
 from rllm.runner.context import RolloutContext
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.backends.base import UnsupportedConfigError
@@ -167,8 +171,6 @@ def test_an_unreachable_endpoint_is_refused_by_the_probe(tmp_path: Path) -> None
         f"http://127.0.0.1:{port}/v1", model="m", api_key=None, timeout_s=2, concurrency=1
     )
     student = make_tiny_vocab_model(tmp_path / "student")
-    from transformers import AutoTokenizer
-
     with pytest.raises(TeacherEndpointError, match="cannot be reached"):
         teacher.check(AutoTokenizer.from_pretrained(student))
     teacher.close()
@@ -191,3 +193,18 @@ def test_the_async_loop_distills_too(tmp_path: Path) -> None:
     records = [r for r in _records(tmp_path / "runs" / "learn") if "time/step_s" in r]
     assert len(records) == 3
     assert all(r["distill/reverse_kl"] > 0.5 and r["distill/teacher_s"] > 0 for r in records)
+
+
+def test_an_endpoint_without_prompt_logprobs_is_refused_by_the_probe(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """rllm's own gateway (real HTTP on loopback) answers /v1/completions but not prompt_logprobs."""
+    engine = LocalEngine.from_pretrained(str(tiny_model_dir), device="cpu", dtype="float32")
+    store = TraceStore(tmp_path / "traces.db")
+    with GatewayServer(create_app(engine, store, model_name="tiny")) as server:
+        teacher = RemoteTeacher(f"{server.url}/v1", model=None, api_key=None, timeout_s=30, concurrency=1)
+        assert teacher.model == "tiny"  # GET /v1/models answered
+        with pytest.raises(TeacherEndpointError, match="returned no prompt_logprobs"):
+            teacher.check(engine.tokenizer)
+        teacher.close()
+    store.close()
