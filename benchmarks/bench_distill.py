@@ -175,7 +175,11 @@ def main() -> None:
     teacher_accuracy = rl_acc[max(rl_acc)]  # the default run's final eval is its final model's: the teacher's
     if args.steps:  # the same budget: the baseline's first --steps steps (a constant LR: the same steps)
         rl = [r for r in rl if r["step"] <= args.steps]
-    distill = run("distill", out, [*steps, f"algorithm.distill.teacher={args.teacher}", *DISTILL])
+    # Step 0's eval is the base model's, the same in both runs: the distillation run takes the baseline's.
+    distill = run(
+        "distill", out, [*steps, "eval.before=false", f"algorithm.distill.teacher={args.teacher}", *DISTILL]
+    )
+    distill.insert(0, {"step": 0, "eval/accuracy": rl_acc[0]} if 0 in rl_acc else {"step": 0})
     report(distill, rl, teacher_accuracy)
 
 
