@@ -383,12 +383,14 @@ class DistillConfig(_Section):
             raise ValueError(
                 "algorithm.distill.teacher and algorithm.distill.teacher_url are both set: name one teacher"
             )
+        # Keys away from their defaults (a dumped config repeats every default, so "set" cannot mean "sent").
+        changed = {k for k, f in DistillConfig.model_fields.items() if getattr(self, k) != f.default}
         for key in ("teacher_model", "api_key_env", "timeout_s"):
-            if key in self.model_fields_set and self.teacher_url is None:
+            if key in changed and self.teacher_url is None:
                 raise ValueError(
                     f"algorithm.distill.{key} applies to a teacher_url only: drop it or set teacher_url"
                 )
-        touched = self.model_fields_set - {"teacher", "teacher_url"}
+        touched = changed - {"teacher", "teacher_url"}
         if touched and not self.enabled:
             raise ValueError(
                 f"algorithm.distill.{min(touched)} is set but no teacher is: set algorithm.distill.teacher "

@@ -22,6 +22,7 @@ from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.distill import RemoteTeacher, TeacherEndpointError
+from rllm.trainer.replay import ReplayError, open_run, replay_step
 from rllm.utils.config import load_config
 
 DISTILL = ["algorithm.distill.mode=alone", "algorithm.filters.drop_zero_variance=false"]
@@ -91,6 +92,8 @@ def test_a_teacher_equal_to_the_student_gives_zero_kl_and_advantage(tmp_path: Pa
     advantages = [a for s in seen[0].sequences for a, m in zip(s.advantages, s.loss_mask) if m]
     assert len(advantages) >= 16  # 16 episodes, at least one sampled token each
     assert max(abs(a) for a in advantages) < 1e-4
+    with pytest.raises(ReplayError, match="replay does not recompute"):  # the advantages are the teacher's
+        replay_step(open_run(trainer.run_dir), 0)
 
 
 def test_the_student_distills_a_different_teacher_and_the_reverse_kl_falls(tmp_path: Path) -> None:
