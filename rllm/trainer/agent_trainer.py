@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm.algorithms.distill import distill_advantages
 from rllm.algorithms.prepare import PreparedBatch, credit_signal, prepare_batch, reward_shapers
 from rllm.algorithms.refill import fresh_tasks, refill_batch
 from rllm.gateway.app import create_app
@@ -42,6 +43,7 @@ from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
 from rllm.trainer.checks import check_config, check_flow_roles
 from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_adapters
+from rllm.trainer.distill import Teacher, build_teacher
 from rllm.trainer.engines import build_engine
 from rllm.trainer.project import config_tasks, load_flow
 from rllm.trainer.recovery import batch_summary, journaled_jobs
@@ -132,6 +134,7 @@ class AgentTrainer:
         # runs on it, so agent code that caches an async client across episodes and steps keeps working.
         self._loop = RunLoop()
         self._producer: RolloutProducer | None = None  # async mode's sampler, while the steps run
+        self.teacher: Teacher | None = None  # algorithm.distill's, built by _setup
         self._order: list[int] = []
         self._order_epoch = -1
         # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
@@ -150,6 +153,8 @@ class AgentTrainer:
         # same for every pair. Closed in train()'s finally, so a failed start leaves nothing running.
         self.engine = build_engine(cfg, self.model_path, run_dir=self.run_dir)
         self.backend = build_backend(cfg, self.model_path, pad_id=self.engine.pad_id)
+        # algorithm.distill's teacher (None without one), checked against the student's tokenizer.
+        self.teacher = build_teacher(cfg, self.engine.tokenizer, pad_id=self.engine.pad_id)
         caps = self.engine.capabilities
         if cfg.rollout.max_staleness and caps.keeps_versions:
             # A vLLM pool keeps the adapters of the versions that calls in flight may still be sampling from.
@@ -228,7 +233,7 @@ class AgentTrainer:
         """Stop what the run started: the embedded gateway, the engine's servers, the backend's workers,
         the run's event loop, the journal."""
         self._stop_gateway()
-        for part in ("engine", "backend"):
+        for part in ("engine", "backend", "teacher"):
             built = getattr(self, part, None)  # None when start-up failed before building it
             if built is not None:
                 try:
@@ -303,6 +308,10 @@ class AgentTrainer:
                 #    signal, compute advantages, lay the steps out as token rows (the algorithm config's part).
                 prepared = prepare_batch(batch_episodes, self.cfg.algorithm, shapers=shapers)
                 metrics.update(prepared.metrics)
+                if self.teacher is not None and not prepared.empty:
+                    # 2b. Distill: the teacher scores the sampled tokens; each token's advantage becomes (or
+                    #     gains) -coef x (student logprob - teacher logprob).
+                    metrics.update(self._distill(prepared))
                 # 3. Update: one optimizer step. With no signal at all nothing is learned, but the step
                 #    still advances (data position, LR schedule, weight version), as a resumed run expects.
                 if prepared.empty:
@@ -441,6 +450,17 @@ class AgentTrainer:
             )
         metrics.update(result.metrics)
         return result.sampled, result.batch
+
+    def _distill(self, prepared: PreparedBatch) -> dict[str, float]:
+        """The teacher's logprobs of the batch's tokens turned into advantages (``rllm.algorithms.distill``);
+        returns the distill/* metrics."""
+        d = self.cfg.algorithm.distill
+        assert self.teacher is not None and prepared.batch is not None
+        with timed("teacher") as span:
+            teacher_logprobs = self.teacher.logprobs(prepared.batch)
+        out = distill_advantages(prepared.batch, teacher_logprobs, coef=d.coef, mode=d.mode)
+        out["distill/teacher_s"] = span.seconds
+        return out
 
     def _update(self, prepared: PreparedBatch) -> dict[str, float]:
         """Forward/backward over the prepared batch, then one optimizer step; returns the train/* metrics."""

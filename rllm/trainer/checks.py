@@ -19,6 +19,7 @@ from rllm.algorithms.advantages import is_group_relative, takes_norm_std, takes_
 from rllm.algorithms.losses import POLICY_LOSSES
 from rllm.data.registry import DatasetNotFoundError, DatasetRegistry
 from rllm.envs.registry import is_env
+from rllm.models import BUILTIN_MODELS
 from rllm.rewards.registry import get_reward, reward_names
 from rllm.sandbox import SandboxUnavailable, protections
 from rllm.tools.named import tool_runs_code
@@ -47,6 +48,27 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     _check_shaping_and_credit(cfg)
     _check_store_and_loggers(cfg)
     _check_async(cfg)
+    _check_distill(cfg)
+
+
+def _check_distill(cfg: TrainConfig) -> None:
+    """Distillation compares the distribution the student sampled from with the teacher's: untempered and
+    untruncated. A local teacher path that does not exist is refused here, before any model loads."""
+    d, r = cfg.algorithm.distill, cfg.rollout
+    if not d.enabled:
+        return
+    if r.temperature != 1.0 or r.top_p != 1.0 or r.top_k != 0:
+        raise UnsupportedConfigError(
+            "algorithm.distill compares the student's sampling distribution with the teacher's, but the rollout "
+            "logprobs are of a tempered or truncated one: use rollout.temperature=1, rollout.top_p=1, rollout.top_k=0"
+        )
+    if d.teacher is not None and d.teacher not in BUILTIN_MODELS:
+        path = Path(d.teacher).expanduser()
+        if d.teacher.startswith(("/", ".", "~")) and not (path / "config.json").is_file():
+            raise UnsupportedConfigError(
+                f"algorithm.distill.teacher={d.teacher} is not a model directory (no config.json there): pass a "
+                "model directory, e.g. a run's final_model, or a built-in model name"
+            )
 
 
 def check_backend_config(cfg: TrainConfig, capabilities: Any) -> None:

@@ -390,6 +390,65 @@ class ShapingConfig(_Section):
     overlong_coef: float = Field(1.0, ge=0, description="The overlong penalty at rollout.max_tokens.")
 
 
+class DistillConfig(_Section):
+    """On-policy distillation (``rllm.algorithms.distill``): a teacher scores the student's sampled tokens and
+    each trained token's advantage becomes -coef x (student logprob - teacher logprob). Off unless a teacher
+    is named; see docs/distillation.md."""
+
+    teacher: str | None = Field(
+        None,
+        description="Distill from this teacher, loaded in the trainer's process (no grad, scored in batches): a "
+        "model directory or a built-in model name. It must use the student's tokenizer. Not with teacher_url.",
+    )
+    teacher_url: str | None = Field(
+        None,
+        description="Distill from the model behind this OpenAI-compatible endpoint (its /v1 base URL) that returns "
+        "prompt logprobs as vLLM does (/v1/completions with prompt_logprobs); probed at start-up. Not with teacher.",
+    )
+    teacher_model: str | None = Field(
+        None, description="teacher_url: the model name to request (default: the first the endpoint lists)."
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="teacher_url: the environment variable that holds the endpoint's API key (default: none).",
+    )
+    mode: Literal["alone", "add"] = Field(
+        "alone",
+        description="'alone': the advantage is -coef x the per-token reverse KL, the task reward is ignored "
+        "(needs algorithm.filters.drop_zero_variance=false); 'add': that term is added to the task advantage.",
+    )
+    coef: float = Field(1.0, gt=0, description="Weight of the per-token reverse KL in the advantage.")
+    micro_batch_size: int = Field(
+        8, gt=0, description="teacher: rows per forward pass; teacher_url: requests in flight at once."
+    )
+    timeout_s: float = Field(120.0, gt=0, description="teacher_url: most seconds per scoring request.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.teacher is not None or self.teacher_url is not None
+
+    @model_validator(mode="after")
+    def _one_teacher(self) -> DistillConfig:
+        if self.teacher is not None and self.teacher_url is not None:
+            raise ValueError(
+                "algorithm.distill.teacher and algorithm.distill.teacher_url are both set: name one teacher"
+            )
+        # Keys away from their defaults (a dumped config repeats every default, so "set" cannot mean "sent").
+        changed = {k for k, f in DistillConfig.model_fields.items() if getattr(self, k) != f.default}
+        for key in ("teacher_model", "api_key_env", "timeout_s"):
+            if key in changed and self.teacher_url is None:
+                raise ValueError(
+                    f"algorithm.distill.{key} applies to a teacher_url only: drop it or set teacher_url"
+                )
+        touched = changed - {"teacher", "teacher_url"}
+        if touched and not self.enabled:
+            raise ValueError(
+                f"algorithm.distill.{min(touched)} is set but no teacher is: set algorithm.distill.teacher "
+                "or algorithm.distill.teacher_url"
+            )
+        return self
+
+
 class AlgorithmConfig(_Section):
     advantage: str | dict[str, str] = Field(
         "grpo",
@@ -426,6 +485,19 @@ class AlgorithmConfig(_Section):
         "'sampled' = also the skipped rows (plain GRPO semantics: the filter then only saves compute).",
     )
     filters: FilterConfig = Field(default_factory=FilterConfig)
+    distill: DistillConfig = Field(default_factory=DistillConfig)
+
+    @model_validator(mode="after")
+    def _distill_alone_keeps_every_group(self) -> AlgorithmConfig:
+        """Alone, distillation ignores the task reward: a filter on the reward's spread would drop rows the
+        teacher has plenty to say about, so it is refused rather than quietly turned off."""
+        if self.distill.enabled and self.distill.mode == "alone" and self.filters.drop_zero_variance:
+            raise ValueError(
+                "algorithm.distill.mode=alone ignores the task reward, but algorithm.filters.drop_zero_variance "
+                "would drop groups whose rewards are equal: set algorithm.filters.drop_zero_variance=false "
+                "(or algorithm.distill.mode=add)"
+            )
+        return self
 
     @field_validator("advantage")
     @classmethod

@@ -203,6 +203,11 @@ def replay_step(
 ) -> tuple[StepVerdict, PreparedBatch]:
     """Prepare ``step``'s batch again from its journaled episodes and compare it with the record."""
     cfg = config or source.config()
+    if cfg.algorithm.distill.enabled:
+        raise ReplayError(
+            f"{source.name} distilled from a teacher (algorithm.distill): its advantages are the teacher's "
+            "logprobs, which replay does not recompute"
+        )
     record = source.batches.get(step)
     if record is None:
         raise ReplayError(
