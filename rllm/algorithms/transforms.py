@@ -308,12 +308,15 @@ def _plan_estimators(
 ) -> list[tuple[AdvantageEstimator, dict[str, object], list[TrajectoryGroup]]]:
     """(estimator, the options it accepts, its groups) per role; ValueError for an option none accepts."""
     plans = []
-    used_kwargs: set[str] = set()
     for role, role_groups in groups_by_role.items():
         fn = get_advantage_estimator(_estimator_for_role(estimator, role))
-        kwargs = _accepted_kwargs(fn, estimator_kwargs)
-        used_kwargs.update(kwargs)
-        plans.append((fn, kwargs, role_groups))
+        plans.append((fn, _accepted_kwargs(fn, estimator_kwargs), role_groups))
+    # Judged against every estimator the config names, not only those with groups in this batch: a batch
+    # whose grpo role's groups were all filtered out still runs with grpo's options.
+    configured = set(estimator.values()) if isinstance(estimator, dict) else {estimator}
+    used_kwargs: set[str] = set()
+    for name in configured:
+        used_kwargs.update(_accepted_kwargs(get_advantage_estimator(name), estimator_kwargs))
     unused = sorted(set(estimator_kwargs) - used_kwargs)
     if unused and any_groups:
         raise ValueError(

@@ -140,6 +140,9 @@ def test_per_role_estimators_with_default_fallback():
     # grpo without std on [1, 0, 0]: r - 1/3; rloo on [0.3, 0.9, 0.6] (mean 0.6): 3/2 * (r - 0.6)
     assert [t.steps[0].advantage for _, t in solver.members] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
     assert [t.steps[0].advantage for _, t in judge.members] == pytest.approx([-0.45, 0.45, 0.0], abs=1e-12)
+    # a batch holding only the rloo role's groups (the grpo role's all filtered out) still takes grpo's option
+    compute_advantages([judge], {"solver": "grpo", "judge": "rloo"}, norm_std=False)
+    assert [t.steps[0].advantage for _, t in judge.members] == pytest.approx([-0.45, 0.45, 0.0], abs=1e-12)
 
 
 def test_estimator_errors():
