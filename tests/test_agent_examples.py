@@ -67,7 +67,9 @@ def test_example_config_trains_end_to_end(
         assert keys <= set(r), sorted(keys - set(r))
         assert r["episodes/failed"] == 0
     assert {f"eval/{k}" for k in keys} <= set(records[-1])  # the held-out eval reports them too
-    assert (result.final_model_dir / "config.json").exists()
+    # One model directory, or one per adapter when the example gives each role its own (roles).
+    for model_dir in list(result.adapter_models.values()) or [result.final_model_dir]:
+        assert (model_dir / "config.json").exists()
 
 
 def test_frozenlake_workflow_and_task_go_together(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -305,13 +305,8 @@ class AgentTrainer:
                 shapers = ()
             with timed("train", metrics) as train:
                 # 2. Prepare the batch: shape rewards, group the attempts at each task, drop what carries no
-                #    signal, compute advantages, lay the steps out as token rows (the algorithm config's part).
-                prepared = prepare_batch(batch_episodes, self.cfg.algorithm, shapers=shapers)
-                metrics.update(prepared.metrics)
-                if self.teacher is not None and not prepared.empty:
-                    # 2b. Distill: the teacher scores the sampled tokens; each token's advantage becomes (or
-                    #     gains) -coef x (student logprob - teacher logprob).
-                    metrics.update(self._distill(prepared))
+                #    signal, compute advantages, lay the steps out as token rows; a teacher's term (distill).
+                prepared = self._prepare(batch_episodes, shapers, metrics)
                 # 3. Update: one optimizer step. With no signal at all nothing is learned, but the step
                 #    still advances (data position, LR schedule, weight version), as a resumed run expects.
                 if prepared.empty:
@@ -331,6 +326,16 @@ class AgentTrainer:
             if self.run_store is not None:  # written with this step's metrics, in one transaction
                 self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
         return metrics
+
+    def _prepare(self, episodes: list[Episode], shapers: Any, metrics: dict[str, float]) -> PreparedBatch:
+        """The step's batch (the algorithm config's part: ``prepare_batch``); with ``algorithm.distill`` the
+        teacher then scores the sampled tokens, and each token's advantage becomes (or gains)
+        -coef x (student logprob - teacher logprob)."""
+        prepared = prepare_batch(episodes, self.cfg.algorithm, shapers=shapers)
+        metrics.update(prepared.metrics)
+        if self.teacher is not None and not prepared.empty:
+            metrics.update(self._distill(prepared))
+        return prepared
 
     def _sync_step(self, step: int) -> None:
         """Sync after ``step``'s update; in async mode also tell the producer (which, without partial

@@ -137,6 +137,6 @@ def test_the_loop_reads_as_its_stages_on_one_screen() -> None:
     assert "perf_counter" not in source, "time a stage with rllm.utils.timing.timed, not perf_counter pairs"
     step = inspect.getsource(AgentTrainer.train_step)
     assert len(step.splitlines()) <= 40, "train_step grew past one screen: move a stage into a method"
-    stages = ["_rollout(", "prepare_batch(", "_update(", "_sync_step(", "episode_metrics("]
+    stages = ["_rollout(", "_prepare(", "_update(", "_sync_step(", "episode_metrics("]
     positions = [step.index(stage) for stage in stages]
     assert positions == sorted(positions), "train_step's stages are out of order"
