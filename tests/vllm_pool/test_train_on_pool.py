@@ -111,3 +111,54 @@ def test_async_training_on_a_vllm_pool(tmp_path: Path) -> None:
         versions = sorted({v for (v,) in db.execute("SELECT weight_version FROM traces")})
     assert versions[0] == 0 and versions[-1] >= 1
     assert not _processes("vllm.entrypoints.openai.api_server"), "a vLLM server outlived the run"
+
+
+def test_an_adapter_per_role_on_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> None:
+    """Solver–judge with ``roles``: each role's adapter is trained on the 2 FSDP2 ranks with its own optimizer,
+    hot-loaded into the vLLM server as ``<adapter>-v<N>`` after every step, and sampled by that role's calls;
+    exported per adapter at the end."""
+    require_import("ray", "bash scripts/setup.sh distributed")
+    from rllm.models import resolve_model
+
+    code = main(
+        [
+            "train",
+            f"model.path={resolve_model('smollm2-135m')}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=roles",
+            "trainer.steps=2",
+            "workflow.name=solver_judge",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "rollout.max_tokens=8",
+            "eval.before=false",
+            "eval.after=false",
+            "data.train_size=16",
+            "trainer.plot=false",
+            "backend.device=cpu",
+            "lora.rank=8",
+            "lora.alpha=16",
+            "algorithm.filters.drop_zero_variance=false",
+            "roles.solver.adapter=solver",
+            "roles.judge.adapter=judge",
+            "backend.name=distributed",
+            "backend.distributed.world_size=2",
+            "inference.engine=vllm",
+            "inference.vllm.kvcache_space_gib=1",
+        ]
+    )
+    assert code == 0
+    run = tmp_path / "roles"
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    for m in lines:
+        assert m["episodes/failed"] == 0  # every call named an adapter the server had loaded
+        assert m["adapter/solver/tokens"] > 0 and m["adapter/judge/tokens"] > 0
+    with sqlite3.connect(run / "traces.db") as db:
+        versions = sorted({v for (v,) in db.execute("SELECT weight_version FROM traces")})
+    assert versions == [0, 1]
+    for name in ("default", "solver", "judge"):
+        assert (run / "final_model" / name / "config.json").is_file()
+        assert (run / "final_model" / name / "adapter" / "adapter_model.safetensors").is_file()
+    assert not _processes("vllm.entrypoints.openai.api_server"), "a vLLM server outlived the run"
+    assert not _processes("ray::"), "a Ray worker outlived the run"
