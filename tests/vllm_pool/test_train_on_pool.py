@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,16 @@ from rllm.cli.main import main
 pytestmark = pytest.mark.vllm
 
 
-def _processes(pattern: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, check=False).stdout
-    return [line for line in out.splitlines() if "pgrep" not in line]
+def _processes(pattern: str, *, wait_s: float = 10.0) -> list[str]:
+    """The processes matching ``pattern`` still there after up to ``wait_s`` (a worker that has just exited
+    may linger a moment as an unreaped ``<defunct>`` entry before its parent collects it)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, check=False).stdout
+        left = [line for line in out.splitlines() if "pgrep" not in line]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def test_rllm_train_with_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> None:
