@@ -619,8 +619,7 @@ class VLLMPoolEngine(EngineBase):
     def sync_from(self, backend: Any, version: int) -> None:
         """Load the backend's current weights into every server as ``version``, then switch the gateway to
         it (see the module docstring). Raises :class:`VLLMSyncError` naming the server that failed."""
-        # A backend without per-role adapters may not declare adapter_names at all (one set of weights).
-        adapter_names = list(getattr(backend, "adapter_names", None) or [])
+        adapter_names = list(backend.adapter_names)  # empty: one set of weights (no roles)
         if adapter_names or self._adapter_models:
             self._sync_adapters(backend, adapter_names, version)
             return
