@@ -184,6 +184,22 @@ def _pick_key(
     )
 
 
+def read_object_records(
+    path: str | os.PathLike[str], *, error: type[ValueError] = ValueError, hint: str = ""
+) -> list[dict[str, Any]]:
+    """``read_records`` of a file that must exist and hold at least one record, every one an object with
+    named fields; raises FileNotFoundError (``hint`` appended) or ``error`` saying which."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}{hint}")
+    records = read_records(path)
+    if not records:
+        raise error(f"{path} holds no records")
+    if not all(isinstance(r, dict) for r in records):
+        raise error(f"{path}: every record must be an object with named fields")
+    return records
+
+
 def read_task_file(
     path: str | os.PathLike[str],
     *,
@@ -200,13 +216,7 @@ def read_task_file(
     column (an object, or a JSON string in CSV) is kept, and every other column is added to metadata.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    records = read_records(path)
-    if not records:
-        raise ValueError(f"{path} holds no records")
-    if not all(isinstance(r, dict) for r in records):
-        raise ValueError(f"{path}: every record must be an object with named fields")
+    records = read_object_records(path)
     columns = list(dict.fromkeys(key for record in records for key in record))
     q_key = _pick_key(question_key, _QUESTION_KEYS, columns, "question", "--question-key", path)
     a_key = _pick_key(answer_key, _ANSWER_KEYS, columns, "answer", "--answer-key", path)

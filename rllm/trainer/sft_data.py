@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rllm.data.schema import read_records
+from rllm.data.schema import read_object_records
 from rllm.inference.chat_template import ChatRenderer, TemplateRenderError
 
 logger = logging.getLogger(__name__)
@@ -150,13 +150,7 @@ def load_conversations(path: str | Path, fmt: str = "auto") -> list[Conversation
         SFTDataError: the file or one of its rows is not SFT data (the message says which and why).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path} (data.train_file / data.test_file)")
-    records = read_records(path)
-    if not records:
-        raise SFTDataError(f"{path} holds no records")
-    if not all(isinstance(r, Mapping) for r in records):
-        raise SFTDataError(f"{path}: every record must be an object with named fields")
+    records = read_object_records(path, error=SFTDataError, hint=" (data.train_file / data.test_file)")
     if fmt == "auto":
         fmt = _detect_format(list(dict.fromkeys(k for r in records for k in r)), path)
     elif fmt == "messages" and not all("messages" in r for r in records):
