@@ -574,6 +574,12 @@ class CoordinatorConfig(WorkflowConfig):
         description="coordinator: the UCB1 exploration weight c of the worker choice, rate + c * "
         "sqrt(ln N / n) per sub-task kind (every role is tried once first); 0 = greedy after that.",
     )
+    coordinator_reward: Literal["contribution", "final"] = Field(
+        "contribution",
+        description="coordinator: its own trajectory's reward. contribution = per part, right or its "
+        "worker's answer passed on (a worker's mistake stays the worker's); final = the final answer's "
+        "score against the truth (every worker's mistake lowers it too).",
+    )
 
     @field_validator("workers")
     @classmethod

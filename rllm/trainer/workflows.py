@@ -99,4 +99,10 @@ def build_solver_judge(cfg: TrainConfig, scoring: dict[str, Any]) -> SolverJudge
 def build_coordinator(cfg: TrainConfig, scoring: dict[str, Any]) -> CoordinatorWorkflow:
     """The coordinator over ``workflow.workers``; the final answer graded by the dataset's reward."""
     w = cfg.workflow
-    return CoordinatorWorkflow(w.workers, exploration=w.exploration, seed=cfg.trainer.seed, **scoring)
+    return CoordinatorWorkflow(
+        w.workers,
+        exploration=w.exploration,
+        coordinator_reward=w.coordinator_reward,
+        seed=cfg.trainer.seed,
+        **scoring,
+    )

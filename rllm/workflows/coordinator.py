@@ -20,10 +20,18 @@ What code does and what the model does:
   reply and writes the final answer, the parts' answers in order ("82, 7, 3"): it extracts each number
   from a worker's wording, orders them, and may overrule a worker it believes wrong.
 
-Credit by contribution: a worker trajectory's reward is its own part's score (``number`` reward); the
-coordinator's is the final answer's score (``reward_fn``, the dataset's ``number_list``: the fraction of
-parts right, 0 unless it lists as many numbers as there are parts). The episode's reward and correctness
-are the final answer's. Across the ``group_size`` attempts at a task each role forms its own advantage
+Credit by contribution: a worker trajectory's reward is its own part's score (``number`` reward). The
+coordinator's depends on ``coordinator_reward``:
+
+- ``contribution`` (the default): what it did with what it was told. Per part, 1 when its number is the
+  truth (a right worker's answer passed on, or a wrong one overruled) or is its worker's answer (a worker's
+  mistake passed on: not the coordinator's to carry), averaged over the parts; 0 unless it lists as many
+  numbers as there are parts. A wrong worker's error stays with that worker's own reward.
+- ``final``: the final answer's score against the truth (``reward_fn``, the dataset's ``number_list``:
+  the fraction of parts right, 0 unless it lists as many numbers as there are parts), so every worker's
+  mistake lowers the coordinator's reward too.
+
+The episode's reward and correctness are the final answer's (``reward_fn``) either way. Across the ``group_size`` attempts at a task each role forms its own advantage
 group (``algorithm.advantage`` per role works).
 
 Metrics: ``coordinator/accuracy`` (the final answer is right), ``coordinator/faithful`` (it lists exactly the
@@ -47,6 +55,8 @@ from rllm.workflows.capability import CapabilityTable
 from rllm.workflows.single_turn import RewardFn, score
 
 COORDINATOR = "coordinator"
+COORDINATOR_REWARDS: tuple[str, ...] = ("contribution", "final")
+"""How the coordinator's own trajectory is rewarded (see the module docstring)."""
 WORKER_STYLES: tuple[str, ...] = ("plain", "worked_example")
 """How a worker is prompted: ``plain``, the part's question alone; ``worked_example``, a system prompt and
 one solved question of the part's kind before it."""
@@ -93,6 +103,26 @@ def coordinator_messages(parts: list[dict[str, Any]], replies: list[str]) -> lis
     ]
 
 
+def _same_number(a: str | None, b: str | None) -> bool:
+    try:
+        return a is not None and b is not None and float(a) == float(b)
+    except ValueError:
+        return False
+
+
+def contribution_credit(final: str, truths: list[str], worker_numbers: list[str | None]) -> float:
+    """The coordinator's reward under ``coordinator_reward=contribution``: per part, 1 when the final
+    answer's number is the truth or is the number its worker gave, averaged over the parts; 0 unless the
+    final answer lists exactly one number per part."""
+    got = number_list(final)
+    if len(got) != len(truths) or not truths:
+        return 0.0
+    credited = sum(
+        _same_number(g, t) or _same_number(g, w) for g, t, w in zip(got, truths, worker_numbers, strict=True)
+    )
+    return credited / len(truths)
+
+
 class CoordinatorWorkflow:
     """Split ``task`` into its parts, assign each to a worker of ``workers`` (role name -> style) by the
     capability table, and let the coordinator compose the final answer. One instance keeps one table."""
@@ -104,6 +134,7 @@ class CoordinatorWorkflow:
         *,
         part_reward_fn: RewardFn = number_reward,
         exploration: float = 1.0,
+        coordinator_reward: str = "contribution",
         seed: int = 0,
         instruction: str | None = None,
     ) -> None:
@@ -118,6 +149,11 @@ class CoordinatorWorkflow:
                 )
         if COORDINATOR in workers:
             raise ValueError(f"{COORDINATOR!r} is the coordinator's own role: name the workers otherwise")
+        if coordinator_reward not in COORDINATOR_REWARDS:
+            raise ValueError(
+                f"coordinator_reward {coordinator_reward!r}: choose one of {', '.join(COORDINATOR_REWARDS)}"
+            )
+        self.coordinator_reward = coordinator_reward
         self.workers = dict(workers)
         self.reward_fn = reward_fn
         self.part_reward_fn = part_reward_fn
@@ -165,9 +201,13 @@ class CoordinatorWorkflow:
         rewards: dict[str, float] = {
             f"{role}#{i}": s.reward for i, (role, (_, s)) in enumerate(zip(roles, done, strict=True))
         }
-        rewards[COORDINATOR] = final.reward
         part_correct = [bool(s.is_correct) for _, s in done]
         worker_numbers = [extract_last_number(r) for r in replies]
+        if self.coordinator_reward == "final":
+            rewards[COORDINATOR] = final.reward
+        else:
+            truths = [str(p["ground_truth"]) for p in parts]
+            rewards[COORDINATOR] = contribution_credit(verdict.text, truths, worker_numbers)
         metrics = {
             "coordinator/accuracy": float(bool(final.is_correct)),
             "coordinator/faithful": float(number_list(verdict.text) == worker_numbers),

@@ -18,7 +18,7 @@ from rllm.inference.local import LocalEngine
 from rllm.rewards.basic import number_list_reward
 from rllm.trainer.config import workflow_config
 from rllm.workflows.capability import CapabilityTable
-from rllm.workflows.coordinator import CoordinatorWorkflow
+from rllm.workflows.coordinator import CoordinatorWorkflow, contribution_credit
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=16, seed=0)
 WORKERS = {"worker_a": "plain", "worker_b": "worked_example"}
@@ -122,7 +122,7 @@ TASK = {
 def test_each_role_is_credited_with_its_own_contribution(engine: LocalEngine) -> None:
     # Attempt 1 gives both parts to worker_a (untried roles go first, in order); attempt 2 to worker_b,
     # whose worked-example prompt gets add right where worker_a's plain one says 7.
-    workflow = CoordinatorWorkflow(WORKERS, exploration=1.0)
+    workflow = CoordinatorWorkflow(WORKERS, exploration=1.0, coordinator_reward="final")
     first, second = run_episodes(
         ScriptedEngine(engine, _scripted), workflow, [TASK], SAMPLING, group_size=2, max_concurrency=1
     )
@@ -167,6 +167,26 @@ def test_each_role_is_credited_with_its_own_contribution(engine: LocalEngine) ->
     assert greedy.info["assigned"][1] == "worker_b" and workflow.table.state_dict() == before
 
 
+def test_contribution_credit_does_not_blame_the_coordinator_for_a_workers_mistake(
+    engine: LocalEngine,
+) -> None:
+    # worker_a says 7 for 4 + 5 and the coordinator passes it on faithfully: under the default credit its
+    # own reward is full, while the worker's and the episode's (the final answer's) stay as they are.
+    (first,) = run_episodes(ScriptedEngine(engine, _scripted), CoordinatorWorkflow(WORKERS), [TASK], SAMPLING)
+    assert first.info["assigned"] == ["worker_a", "worker_a"]
+    assert [t.reward for t in first.trajectories] == [1.0, 0.0, 1.0]
+    assert (first.reward, first.is_correct) == (0.5, False)
+    # Per part: right, or its worker's answer; nothing for another number or a wrong count.
+    assert contribution_credit("82, 9", ["82", "9"], ["82", "7"]) == 1.0  # overruled the worker, rightly
+    assert contribution_credit("82, 7", ["82", "9"], ["82", "7"]) == 1.0  # passed the worker's 7 on
+    assert contribution_credit("82, 8", ["82", "9"], ["82", "7"]) == 0.5  # made up an 8
+    assert contribution_credit("81, 8", ["82", "9"], ["82", "7"]) == 0.0
+    assert contribution_credit("82, 7, 1", ["82", "9"], ["82", "7"]) == 0.0  # three numbers for two parts
+    assert contribution_credit("82.0, 9", ["82", "9"], [None, "7"]) == 1.0  # a worker with no number
+    with pytest.raises(ValueError, match="choose one of contribution, final"):
+        CoordinatorWorkflow(WORKERS, coordinator_reward="truth")
+
+
 def test_the_tiny_models_own_replies_give_complete_episodes(engine: LocalEngine) -> None:
     tasks = multi_part_tasks("train", 2, seed=0)
     for ep in run_episodes(engine, CoordinatorWorkflow(WORKERS), tasks, SAMPLING, group_size=2):
@@ -183,7 +203,10 @@ def test_a_task_without_parts_is_refused(engine: LocalEngine) -> None:
 
 def test_config_options_are_validated() -> None:
     cfg = workflow_config("coordinator", exploration=0.5)
-    assert cfg.workers == WORKERS and cfg.exploration == 0.5
+    assert cfg.workers == WORKERS and cfg.exploration == 0.5 and cfg.coordinator_reward == "contribution"
+    assert workflow_config("coordinator", coordinator_reward="final").coordinator_reward == "final"
+    with pytest.raises(ValidationError, match="'contribution' or 'final'"):
+        workflow_config("coordinator", coordinator_reward="truth")
     with pytest.raises(ValidationError, match="at least 2 worker roles"):
         workflow_config("coordinator", workers={"solo": "plain"})
     with pytest.raises(ValidationError, match="did you mean 'worked_example'"):
