@@ -540,7 +540,7 @@ class AgentTrainer:
                         self.run_dir,
                         done,
                         self.backend,
-                        {"step": done, "eval_history": eval_history},
+                        {"step": done, "eval_history": eval_history, **self._workflow_state()},
                         keep=cfg.trainer.keep_checkpoints,
                     )
 
@@ -602,6 +602,18 @@ class AgentTrainer:
         self._journal_episode(step, f"stale{round}:{index}", episode)
         return episode
 
+    def _workflow_state(self) -> dict[str, Any]:
+        """What a stateful workflow (one with ``state_dict()``, e.g. the coordinator's capability table)
+        keeps across steps, for the checkpoint's loop state (JSON); nothing for a stateless one."""
+        state_dict = getattr(self.workflow, "state_dict", None)
+        return {"workflow": state_dict()} if callable(state_dict) else {}
+
+    def _load_workflow_state(self, state: dict[str, Any]) -> None:
+        """Give a resumed workflow back what it kept (a checkpoint of a stateful workflow has it)."""
+        load = getattr(self.workflow, "load_state_dict", None)
+        if "workflow" in state and callable(load):
+            load(state["workflow"])
+
     def _evaluates_at(self, done: int) -> bool:
         """Whether the held-out eval runs after ``done`` steps: every ``eval.every_steps``, and at the end
         with ``eval.after``."""
@@ -654,6 +666,7 @@ class AgentTrainer:
                 self.backend.load_state(resume_from)
                 state = load_loop_state(resume_from)
                 start_step, eval_history = state["step"], state["eval_history"]
+                self._load_workflow_state(state)
                 self._sync_weights("resume")
                 logger.info("resumed from %s at step %d", resume_from, start_step)
             elif cfg.eval.before:

@@ -46,8 +46,22 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
         out[k if "/" in k else f"episode/{k}"] = float(np.mean(vals))
     for reason, n in Counter(e.termination_reason.value for e in episodes).items():
         out[f"termination/{reason}"] = n / len(episodes)
+    out.update(role_rewards(episodes))
     out["episodes/failed"] = float(sum(e.failed for e in episodes))
     return out
+
+
+def role_rewards(episodes: list[Episode]) -> dict[str, float]:
+    """``role/<name>/reward``: the mean reward of each trajectory name's trajectories (each role's own
+    credit in a multi-agent workflow); nothing when the episodes have one role only."""
+    by_role: dict[str, list[float]] = {}
+    for e in episodes:
+        for t in e.trajectories:
+            if t.reward is not None:
+                by_role.setdefault(t.name, []).append(t.reward)
+    if len(by_role) < 2:
+        return {}
+    return {f"role/{name}/reward": float(np.mean(vals)) for name, vals in sorted(by_role.items())}
 
 
 def eval_metrics(episodes: list[Episode], seconds: float) -> dict[str, float]:

@@ -163,6 +163,13 @@ class CoordinatorWorkflow:
         # already states; accepted so the trainer's scoring arguments fit every workflow.
         del instruction
 
+    def state_dict(self) -> dict[str, Any]:
+        """The capability table, which the trainer saves in each checkpoint and restores on resume."""
+        return {"capability": self.table.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.table.load_state_dict(state["capability"])
+
     def worker_messages(self, role: str, part: dict[str, Any]) -> list[dict[str, str]]:
         """The prompt worker ``role`` sees for ``part``, in its style."""
         question = [{"role": "user", "content": part["question"]}]

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from pydantic import ValidationError
+from run_support import tiny_run_config
 from workflow_support import ScriptedEngine, run_episodes
 
 from rllm.algorithms.transforms import group_episodes
@@ -16,7 +17,10 @@ from rllm.data.multi_part import PART_KINDS, multi_part_tasks
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine
 from rllm.rewards.basic import number_list_reward
+from rllm.trainer.agent_trainer import AgentTrainer
+from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state
 from rllm.trainer.config import workflow_config
+from rllm.trainer.reporting import episode_metrics
 from rllm.workflows.capability import CapabilityTable
 from rllm.workflows.coordinator import CoordinatorWorkflow, contribution_credit
 
@@ -152,6 +156,12 @@ def test_each_role_is_credited_with_its_own_contribution(engine: LocalEngine) ->
         ("worker_b", "larger"): 1.0,
         ("worker_b", "add"): 1.0,
     }
+    # Each role's own credit, reported per step.
+    assert {k: v for k, v in episode_metrics([first, second]).items() if k.startswith("role/")} == {
+        "role/coordinator/reward": 0.75,
+        "role/worker_a/reward": 0.5,
+        "role/worker_b/reward": 1.0,
+    }
     # Each role its own advantage group across the attempts.
     groups = group_episodes([first, second])
     assert [(g.trajectory_name, len(g.members)) for g in groups] == [
@@ -217,3 +227,32 @@ def test_config_options_are_validated() -> None:
         workflow_config("coordinator", exploration=-1)
     with pytest.raises(ValidationError, match="exploration"):
         workflow_config("single_turn", exploration=1.0)
+
+
+def test_the_capability_table_is_checkpointed_and_restored_on_resume(tiny_model_dir, tmp_path) -> None:
+    overrides = [
+        "workflow.name=coordinator",
+        "data.task=multi_part",
+        "data.train_size=8",
+        "rollout.max_tokens=4",
+        "trainer.store_enabled=false",
+    ]
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, "coord", "trainer.steps=1", *overrides)
+    first = AgentTrainer(cfg)
+    first.train()
+    saved = load_loop_state(latest_checkpoint(first.run_dir))["workflow"]["capability"]
+    assert saved == first.workflow.table.state_dict() and sum(r["done"] for r in saved["records"]) > 0
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path, "coord", "trainer.steps=2", "trainer.resume=true", *overrides
+    )
+    resumed = AgentTrainer(cfg)
+    restored = []
+    real_train_step = resumed.train_step
+
+    def train_step(step: int) -> dict[str, float]:
+        restored.append(resumed.workflow.table.state_dict())  # before step 2 samples anything
+        return real_train_step(step)
+
+    resumed.train_step = train_step
+    resumed.train()
+    assert restored == [saved]
