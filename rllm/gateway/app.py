@@ -55,6 +55,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rllm.gateway import messages_api
+from rllm.gateway.group_commit import GroupCommit
 from rllm.gateway.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
 from rllm.gateway.responses import completion_body, stream_chunks
 from rllm.gateway.responses_api import ResponsesRequest, continue_from, response_body, stream_events, to_chat
@@ -105,6 +106,7 @@ class _GatewayState:
     def __init__(self, upstream: Upstream, store: TraceStore, model_name: str) -> None:
         self.upstream = upstream
         self.store = store
+        self.group_commit = GroupCommit(store) if store.fsync else None
         self.model_name = model_name
         # session id -> (overrides, calls made); an LRU so a long-lived gateway stays bounded.
         self.sessions: OrderedDict[str, list[Any]] = OrderedDict()
@@ -391,10 +393,11 @@ class _Api:
         store's committed rows stay as they were (the failed transaction is rolled back)."""
         store = self.state.store
         try:
-            # On the loop, not in a thread: a WAL commit without fsync takes tens of microseconds, less than
-            # the thread hand-off; with fsync=True the hand-off keeps the loop serving while the disk syncs.
-            if store.fsync:
-                await asyncio.to_thread(store.add_many, traces)
+            # Without fsync, on the loop, not in a thread: a WAL commit takes tens of microseconds, less than
+            # the thread hand-off. With fsync=True the calls waiting meanwhile share one transaction (one
+            # fsync), written in a thread so the loop serves on while the disk syncs.
+            if self.state.group_commit is not None:
+                await self.state.group_commit.record(traces)
             else:
                 store.add_many(traces)
         except sqlite3.Error as exc:

@@ -139,6 +139,7 @@ class GatewayProcesses:
         }
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
+        self._client: httpx.Client | None = None  # one for every call to the workers (see _http)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Self:
@@ -213,31 +214,38 @@ class GatewayProcesses:
                 out.close()
         w.started_at = time.monotonic()
 
+    def _http(self) -> httpx.Client:
+        """The client of every call this object makes to its workers, made once: building an
+        ``httpx.Client`` builds an SSL context (the CA bundle read and parsed, milliseconds of CPU)."""
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.Client(headers=headers, timeout=5)
+        return self._client
+
     def _wait_healthy(self, workers: list[_Worker]) -> None:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         deadline = time.monotonic() + self.start_timeout_s
         pending = list(workers)
-        with httpx.Client(headers=headers, timeout=5) as client:
-            while pending:
-                for w in list(pending):
-                    assert w.proc is not None
-                    if w.proc.poll() is not None:
-                        raise GatewayWorkerDied(
-                            f"gateway worker {w.index} ({w.url}) exited with status "
-                            f"{w.proc.returncode} while starting{self._log_tail(w)}"
-                        )
-                    try:
-                        if client.get(f"{w.url}/health").status_code == 200:
-                            pending.remove(w)
-                    except httpx.HTTPError:
-                        pass
-                if pending and time.monotonic() > deadline:
+        client = self._http()
+        while pending:
+            for w in list(pending):
+                assert w.proc is not None
+                if w.proc.poll() is not None:
                     raise GatewayWorkerDied(
-                        f"gateway worker(s) {', '.join(w.url for w in pending)} did not answer "
-                        f"/health within {self.start_timeout_s:g} s{self._log_tail(pending[0])}"
+                        f"gateway worker {w.index} ({w.url}) exited with status "
+                        f"{w.proc.returncode} while starting{self._log_tail(w)}"
                     )
-                if pending:
-                    time.sleep(0.05)
+                try:
+                    if client.get(f"{w.url}/health").status_code == 200:
+                        pending.remove(w)
+                except httpx.HTTPError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise GatewayWorkerDied(
+                    f"gateway worker(s) {', '.join(w.url for w in pending)} did not answer "
+                    f"/health within {self.start_timeout_s:g} s{self._log_tail(pending[0])}"
+                )
+            if pending:
+                time.sleep(0.05)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """End every worker (SIGTERM, then SIGKILL after ``timeout_s``) and close the listening sockets."""
@@ -256,6 +264,9 @@ class GatewayProcesses:
             for w in self._workers:
                 w.sock.close()
             self._workers = []
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -280,28 +291,27 @@ class GatewayProcesses:
     def health(self) -> list[dict[str, Any]]:
         """One entry per worker: ``url``, ``pid``, ``running``, ``exit_code`` (None while running),
         ``restarts``, and ``ok`` (its ``/health`` answered 200: it runs and its upstream is healthy)."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         out = []
-        with httpx.Client(headers=headers, timeout=5) as client:
-            for w in self._workers:
-                assert w.proc is not None
-                code = w.proc.poll()
-                ok = False
-                if code is None:
-                    try:
-                        ok = client.get(f"{w.url}/health").status_code == 200
-                    except httpx.HTTPError:
-                        ok = False
-                out.append(
-                    {
-                        "url": w.url,
-                        "pid": w.proc.pid,
-                        "running": code is None,
-                        "exit_code": code,
-                        "restarts": w.restarts,
-                        "ok": ok,
-                    }
-                )
+        client = self._http()
+        for w in self._workers:
+            assert w.proc is not None
+            code = w.proc.poll()
+            ok = False
+            if code is None:
+                try:
+                    ok = client.get(f"{w.url}/health").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+            out.append(
+                {
+                    "url": w.url,
+                    "pid": w.proc.pid,
+                    "running": code is None,
+                    "exit_code": code,
+                    "restarts": w.restarts,
+                    "ok": ok,
+                }
+            )
         return out
 
     def dead(self) -> list[tuple[str, int]]:
@@ -327,7 +337,10 @@ class GatewayProcesses:
 
         A restarted worker starts with the policy (model name, weight version) a running sibling reports,
         so the trainer's last ``POST /admin/policy`` holds for it too and its traces carry the version
-        the others record."""
+        the others record. Cheap when every worker runs (one ``poll()`` each, nothing asked of them): a
+        supervisor calls it every fraction of a second."""
+        if not self.dead():
+            return []
         restarted = []
         policy = self._sibling_policy()
         with self._lock:
@@ -360,22 +373,21 @@ class GatewayProcesses:
     def _sibling_policy(self) -> dict[str, Any]:
         """``upstream_model`` and ``weight_version`` as the first running worker's ``/health`` reports them
         (what ``POST /admin/policy`` last set there); empty when none answers."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        with httpx.Client(headers=headers, timeout=5) as client:
-            for w in self._workers:
-                if w.proc is None or w.proc.poll() is not None:
-                    continue
-                try:
-                    h = client.get(f"{w.url}/health").json()
-                except (httpx.HTTPError, ValueError):
-                    continue
-                if isinstance(h, dict) and "weight_version" in h:
-                    out: dict[str, Any] = {"weight_version": int(h["weight_version"])}
-                    if h.get("model"):
-                        out["upstream_model"] = h["model"]
-                    if h.get("adapters"):
-                        out["upstream_adapters"] = h["adapters"]
-                    return out
+        client = self._http()
+        for w in self._workers:
+            if w.proc is None or w.proc.poll() is not None:
+                continue
+            try:
+                h = client.get(f"{w.url}/health").json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(h, dict) and "weight_version" in h:
+                out: dict[str, Any] = {"weight_version": int(h["weight_version"])}
+                if h.get("model"):
+                    out["upstream_model"] = h["model"]
+                if h.get("adapters"):
+                    out["upstream_adapters"] = h["adapters"]
+                return out
         return {}
 
     def _log_tail(self, w: _Worker, lines: int = 12) -> str:

@@ -13,7 +13,8 @@ agent's own ``temperature=0.7`` cannot change how the policy is sampled during t
 
 Storage is SQLite in WAL mode: :meth:`TraceStore.add_many` returns only after its transaction is committed,
 so a trace the client saw acknowledged survives the process being killed; with ``fsync=True``
-(``synchronous=FULL``) it also survives the machine losing power.
+(``synchronous=FULL``) it also survives the machine losing power. :meth:`TraceStore.add_groups` writes
+several calls' traces in one transaction, one fsync for all (the gateway's group commit).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -87,6 +88,7 @@ _COLUMNS = (
     "upstream",
     "last_weight_version",
 )
+_INSERT = f"INSERT INTO traces ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 _JSON_COLUMNS = {
     "request",
     "response_message",
@@ -193,9 +195,42 @@ class TraceStore:
         rows = [_to_row(t) for t in traces]
         if not rows:
             return
-        sql = f"INSERT INTO traces ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
         with self._lock, self._conn:
-            self._conn.executemany(sql, rows)
+            self._conn.executemany(_INSERT, rows)
+
+    def add_groups(self, groups: Sequence[Iterable[Trace]]) -> list[sqlite3.Error | None]:
+        """Store several calls' traces (a group each) in ONE transaction: one commit, so with ``fsync=True``
+        one fsync for all of them (the gateway's group commit, :mod:`rllm.gateway.group_commit`).
+
+        Each group goes in under its own savepoint, in order (their ``seq`` follows the order of
+        ``groups``): a group SQLite refuses (a constraint, a trigger's ``RAISE(ABORT)``) is left out alone,
+        its entry in the returned list the error, every other entry None. Raises ``sqlite3.Error`` when
+        the transaction itself fails (it cannot begin, a statement rolls it back, the commit fails): then
+        no group of this call is stored, and what was committed before stays as it was."""
+        rows_per_group = [[_to_row(t) for t in g] for g in groups]
+        errors: list[sqlite3.Error | None] = [None] * len(rows_per_group)
+        if not any(rows_per_group):
+            return errors
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for i, rows in enumerate(rows_per_group):
+                    conn.execute("SAVEPOINT one_call")
+                    try:
+                        conn.executemany(_INSERT, rows)
+                    except sqlite3.Error as exc:
+                        if not conn.in_transaction:  # the statement ended the whole transaction
+                            raise
+                        conn.execute("ROLLBACK TO one_call")
+                        errors[i] = exc
+                    conn.execute("RELEASE one_call")
+                conn.commit()
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+        return errors
 
     def list(self, session_id: str) -> list[Trace]:
         """A session's traces in the order they were stored."""

@@ -1,6 +1,7 @@
 """Several gateway worker processes over one trace store (rllm.gateway.pool): sessions routed by a stable
 hash and kept sticky, every trace stored once, a dead worker reported and restarted on its port, nothing
-left running after stop; `rllm gateway --workers N`; GatewayWorkflow spreading episodes over the workers.
+left running after stop; `rllm gateway --workers N`, whose supervisor asks its workers nothing while none
+has died; GatewayWorkflow spreading episodes over the workers.
 
 The upstreams are real servers: two in-process rllm gateways over the tiny model (they speak vLLM's
 ``return_token_ids`` dialect); the workers are real subprocesses on loopback ports.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -302,3 +304,60 @@ def test_gateway_command_with_workers_prints_urls_and_stops_them(
         check=False,
     )
     assert r.returncode == 2 and "need --upstream" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _connections_to(ports: list[int]) -> dict[tuple[str, str, str], str]:
+    """Every TCP connection to ``ports`` on this machine, as the kernel lists it (``ss``): (state, local
+    address, peer address) -> its bytes and segments sent and received so far (none for TIME-WAIT)."""
+    where = " or ".join(f"dport = :{p}" for p in ports).split()
+    out = subprocess.run(["ss", "-tanHi", "(", *where, ")"], capture_output=True, text=True, check=True)
+    conns: dict[tuple[str, str, str], str] = {}
+    key = None
+    for line in out.stdout.splitlines():
+        if line.strip() and not line[0].isspace():
+            state, _, _, local, peer = line.split()[:5]
+            key = (state, local, peer)
+            conns[key] = ""
+        elif key is not None:
+            counters = ("bytes_acked", "bytes_received", "segs_out", "segs_in")
+            conns[key] += " ".join(f for f in line.split() if f.split(":")[0] in counters)
+    return conns
+
+
+def _read_chars(pid: int) -> int:
+    """Bytes process ``pid`` has read with read() and the like (files: building an HTTP client's SSL
+    context reads the CA bundle, ~200 KB)."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["rchar"])
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the kernel's TCP table")
+def test_an_idle_supervisor_asks_its_workers_nothing(upstreams: list[str], tmp_path: Path) -> None:
+    """`rllm gateway --workers N` polls its workers' processes, not their HTTP endpoints: while none has died
+    it opens no connection to them, sends nothing on the one it keeps, and builds no HTTP client."""
+    port = _free_port_pair()
+    cmd = [sys.executable, "-m", "rllm.cli.main", "gateway", "--model", "policy", "--port", str(port)]
+    cmd += ["--workers", "2", "--upstream", upstreams[0], "--upstream-kind", "vllm"]
+    cmd += ["--store", str(tmp_path / "traces.db"), "--log-dir", str(tmp_path / "logs")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("2 gateway workers")
+        for p in (port, port + 1):
+            r = httpx.post(
+                f"http://127.0.0.1:{p}/sessions/idle-{p}/v1/completions",
+                timeout=30,
+                json={"model": "policy", "prompt": "The", "max_tokens": 2},
+            )
+            assert r.status_code == 200, r.text
+        time.sleep(1.0)  # past the supervisor's start-up and a few of its 0.5 s ticks
+        before, read_before = _connections_to([port, port + 1]), _read_chars(proc.pid)
+        time.sleep(3.0)
+        after, read_after = _connections_to([port, port + 1]), _read_chars(proc.pid)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # No new connection (a client per tick leaves one, TIME-WAIT at least) and no byte on the old ones.
+    assert {k: v for k, v in after.items() if before.get(k) != v} == {}
+    assert read_after - read_before < 16 * 1024, "the supervisor read files while idle (a new HTTP client?)"
