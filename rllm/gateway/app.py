@@ -187,11 +187,15 @@ class _Api:
             "messages": messages,
             "tools": tools,
             "tool_choice": req.tool_choice,
+            "response_format": req.response_format,
+            "parallel_tool_calls": req.parallel_tool_calls,
             "logprobs": bool(req.logprobs),
             "max_tokens_given": req.max_tokens_given,
             "adapter": self.adapter_of(req.model),
         }
         record = {"messages": messages, "tools": tools, "tool_choice": req.tool_choice}
+        if req.response_format is not None:
+            record["response_format"] = req.response_format
         return await self._serve(request, req, up, record, req.to_sampling_params)
 
     async def completions(self, request: Request) -> Response:
@@ -218,6 +222,8 @@ class _Api:
             "messages": messages,
             "tools": tools,
             "tool_choice": tool_choice,
+            "response_format": req.response_format,
+            "parallel_tool_calls": req.parallel_tool_calls,
             "logprobs": req.wants_logprobs,
             "max_tokens_given": req.max_output_tokens is not None,
         }
@@ -228,6 +234,8 @@ class _Api:
             "instructions": req.instructions,
             "previous_response_id": req.previous_response_id,
         }
+        if req.response_format is not None:
+            record["response_format"] = req.response_format
         sampled = await self.sample(
             request, up, record, req.to_sampling_params, prefix="resp_", api="responses"
         )
@@ -256,6 +264,9 @@ class _Api:
             "messages": messages,
             "tools": tools,
             "tool_choice": tool_choice,
+            "parallel_tool_calls": False
+            if (req.tool_choice or {}).get("disable_parallel_tool_use")
+            else None,
         }
         record = {"messages": messages, "tools": tools, "tool_choice": tool_choice}
         sampled = await self.sample(
