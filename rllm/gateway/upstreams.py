@@ -205,6 +205,13 @@ class LocalUpstream:
             raise UpstreamError(400, str(exc)) from exc
         if text is None:
             return None
+        if not self.engine.capabilities.constraints:
+            raise UpstreamError(
+                400,
+                f"the {self.engine.capabilities.name} engine cannot constrain decoding, which this request "
+                "needs (a forced tool_choice, response_format or a strict tool): leave those out, or serve "
+                "it with inference.engine=local",
+            )
         grammar = self._grammars.get(text)
         if grammar is None:
             try:

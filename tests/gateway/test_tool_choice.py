@@ -13,7 +13,7 @@ from typing import Any
 
 import openai
 import pytest
-from gateway_support import MODEL
+from gateway_support import MODEL, grammar_counts
 from gateway_support import GatewayFixture as _Server
 
 from rllm.gateway.app import create_app
@@ -184,13 +184,7 @@ class ContinuationEngine(EngineBase):
         reply = self.replies[len(self.calls)]
         self.calls.append((list(prompt_ids), params))
         ids = _ids(self.tokenizer, reply) + [self.tokenizer.eos_token_id]
-        counts = None
-        if constraint is not None:
-            matcher = constraint.start()
-            for t in ids:
-                assert matcher.allowed(len(self.tokenizer))[t], (reply, t)
-                matcher.advance(t)
-            counts = matcher.allowed_counts
+        counts = grammar_counts(constraint, ids, len(self.tokenizer))
         return [
             Completion(
                 prompt_ids=prompt_ids,
