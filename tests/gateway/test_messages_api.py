@@ -165,13 +165,17 @@ STRICT_ADD = {
     ("tool_choice", "chat_choice"),
     [
         ({"type": "any"}, "required"),
+        ({"type": "any", "disable_parallel_tool_use": True}, "required"),
         ({"type": "tool", "name": "add"}, {"type": "function", "function": {"name": "add"}}),
     ],
 )
 def test_forced_tool_choice_writes_a_call_that_matches_the_schema(
     server: _Server, tool_choice: dict, chat_choice: Any
 ) -> None:
-    session = f"msg-force-{tool_choice['type']}"
+    session = f"msg-force-{tool_choice['type']}-{len(tool_choice)}"
+    # Seeded (the Messages API has no seed field): a random model's run of calls under "any" stays short.
+    r = server.http("POST", "/sessions", json={"session_id": session, "sampling": {"seed": 3}})
+    assert r.status_code == 201, r.text
     msg = _client(server.url, session).messages.create(
         model=MODEL, max_tokens=40, messages=QUESTION, tools=[STRICT_ADD], tool_choice=tool_choice
     )
@@ -184,9 +188,11 @@ def test_forced_tool_choice_writes_a_call_that_matches_the_schema(
     assert trace["request"]["tools"][0]["function"]["strict"] is True
     # The grammar's forced tokens (the call's fixed text, the only tool's name) are mask 0 at logprob 0.0;
     # the digits were the model's choice, and so was stopping after a call under "any" (another call could
-    # follow), while a named call is the only one: its end of sequence is forced.
+    # follow), while a named call, or one call under disable_parallel_tool_use, is the only one: its end of
+    # sequence is forced.
     mask = trace["completion_mask"]
-    assert mask[0] == 0 and mask.count(1) >= 2 and mask[-1] == int(tool_choice["type"] == "any")
+    one_call = tool_choice["type"] == "tool" or tool_choice.get("disable_parallel_tool_use")
+    assert mask[0] == 0 and mask.count(1) >= 2 and mask[-1] == int(not one_call)
     assert all(lp == 0.0 for m, lp in zip(mask, trace["logprobs"]) if m == 0)
 
 

@@ -82,7 +82,7 @@ def test_json_object_response_format(server: _Server) -> None:
         messages=ASK,
         response_format={"type": "json_object"},
         temperature=1.0,
-        n=8,
+        n=16,
         seed=2,
         max_tokens=40,
     )
