@@ -171,9 +171,9 @@ class LocalEngine(EngineBase):
     ) -> list[Completion]:
         """Sample ``params.n`` continuations; ``constraint`` (constrained decoding) holds each to a grammar
         (see :mod:`rllm.inference.grammar`), and each completion's ``allowed_counts`` says per token how
-        many tokens the grammar allowed (1: forced). ``adapter``
-        names a LoRA adapter of :meth:`load_adapters` (None: the base weights, or the merged ones of
-        ``load_weights``). One process serves every session, so ``session_id`` routes nothing here."""
+        many tokens the grammar allowed (1: forced). ``adapter`` names a LoRA adapter of
+        :meth:`load_adapters` (None: the base weights, or the merged ones of ``load_weights``). One process
+        serves every session, so ``session_id`` routes nothing here."""
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         if adapter is not None:
