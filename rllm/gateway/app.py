@@ -9,7 +9,8 @@ the session's traces back to build the episode's steps.
 Routes (each ``/v1`` route also under ``/sessions/{session_id}``):
 
 - ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not; ``n``, ``stop``, ``seed``,
-  ``tools`` / ``tool_choice``, ``logprobs``), ``GET /v1/models``;
+  ``tools`` / ``tool_choice``, ``response_format``, ``logprobs``; forced calls, JSON outputs and strict
+  tools are grammar-constrained on the local engine: :mod:`rllm.gateway.structured`), ``GET /v1/models``;
 - ``POST /v1/responses``: OpenAI's Responses API, translated to chat (:mod:`rllm.gateway.responses_api`);
 - ``POST /v1/messages``, ``POST /v1/messages/count_tokens``: Anthropic's Messages API, translated to chat
   (:mod:`rllm.gateway.messages_api`; errors on these routes take Anthropic's shape);
