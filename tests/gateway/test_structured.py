@@ -10,13 +10,16 @@ from typing import Any
 
 import openai
 import pytest
-from gateway_support import MODEL
+from gateway_support import MODEL, ScriptedEngine
 from gateway_support import GatewayFixture as _Server
 
+from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
+from rllm.gateway.server import GatewayServer
 from rllm.gateway.structured import output_grammar
+from rllm.gateway.traces import TraceStore
 from rllm.gateway.upstreams import UpstreamRequest
-from rllm.inference.base import SamplingParams
+from rllm.inference.base import EngineCapabilities, SamplingParams
 from rllm.inference.grammar import Grammar
 from rllm.tool_calls import HermesToolParser, format_tool_call_text
 
@@ -230,3 +233,19 @@ def test_http_upstream_passes_response_format_through_and_trains_on_none_of_it()
     }
     (choice,) = upstream.parse_response(reply, request, upstream="u").choices
     assert choice.completion_ids == [3, 4] and choice.completion_mask == [0, 0]
+
+
+def test_an_engine_that_cannot_constrain_refuses_with_a_400(tiny_engine: Any, tmp_path: Any) -> None:
+    """The tinker sampler has no constraints: a request that needs a grammar is refused, not served
+    unconstrained (a strict tool would silently not be strict)."""
+    engine = ScriptedEngine(tiny_engine.tokenizer, ["hi"])
+    engine.capabilities = EngineCapabilities(name="fake", weight_transfer="tensors", constraints=False)
+    with (
+        TraceStore(tmp_path / "t.db") as store,
+        GatewayServer(create_app(engine, store, model_name=MODEL)) as srv,
+    ):
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=60)
+        with pytest.raises(openai.BadRequestError, match="fake engine cannot constrain decoding"):
+            client.chat.completions.create(model=MODEL, messages=ASK, tools=[ADD], max_tokens=4)
+        reply = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4)
+        assert reply.choices[0].message.content == "hi"
