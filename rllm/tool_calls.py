@@ -101,22 +101,19 @@ class ParsedResponse(BaseModel):
     errors: list[str] = Field(default_factory=list)
 
 
-class ForcedCall(BaseModel):
-    """How a tool call is forced in one format: the gateway writes ``prefix`` into the completion itself
-    (those tokens are not sampled, and never trained on), then, when ``choices`` is not empty, lets the
-    model write exactly one of them (constrained decoding: the tool's name and the arguments' opening),
-    samples the rest freely, and stops at ``close``.
-
-    ``prefix`` and each choice end where the format's own tokenization splits (before the name's first
-    letter, after ``"arguments":`` or after an argument's opening quote), so the forced tokens plus the
-    sampled ones are what re-tokenizing the whole call gives.
-    """
+class CallSyntax(BaseModel):
+    """How a format spells one tool call, for the grammars that hold calls to their tools (the gateway's
+    forced ``tool_choice`` and strict tools): ``open`` + the name as a JSON string + ``between`` + the
+    arguments as a JSON object + ``close``, several calls joined by ``separator``; ``trigger`` is the text
+    that starts a call inside free text (where a strict tool's grammar takes over)."""
 
     model_config = ConfigDict(frozen=True)
 
-    prefix: str
+    open: str
+    between: str
     close: str
-    choices: tuple[str, ...] = ()
+    separator: str
+    trigger: str
 
 
 class ToolParser(Protocol):
@@ -124,11 +121,9 @@ class ToolParser(Protocol):
 
     def parse(self, text: str) -> ParsedResponse: ...
 
-    def forced_call(self, name: str | None = None, *, tools: Sequence[Mapping[str, Any]] = ()) -> ForcedCall:
-        """The opening a forced tool call starts with (``tool_choice="required"``), up to the arguments
-        when ``name`` is given (a named function). With ``tools`` (the request's OpenAI tools), the call is
-        constrained to them: without ``name``, ``choices`` holds each tool's name and arguments' opening.
-        Raises ``ValueError`` when the format cannot force one."""
+    def call_syntax(self) -> CallSyntax:
+        """How a call is spelt in this format (what ``format_tool_call_text`` writes), for constraining
+        calls with a grammar. Raises ``ValueError`` when the format has no tool calls."""
         ...
 
 
@@ -296,50 +291,16 @@ class HermesToolParser:
             return None
         return ToolCall(id=self._new_id(), name=name, arguments=json.dumps(arguments, ensure_ascii=False))
 
-    def forced_call(self, name: str | None = None, *, tools: Sequence[Mapping[str, Any]] = ()) -> ForcedCall:
-        """``<tool_call>\\n{"name": "`` (any function), or ``<tool_call>\\n{"name": "NAME", "arguments":``
-        (that one), closed by ``</tool_call>``: the text ``format_tool_call_text`` writes, cut where the
-        tokenizers this format is used with split it (so no space after ``"arguments":``).
-
-        With ``tools``, each function's text goes on with its arguments' opening (``_arguments_opening``),
-        and without ``name`` the choices are ``NAME", "arguments":...`` for each tool, one of which the
-        model writes after the prefix."""
-        openings = {
-            _tool_name(tool): _arguments_opening(tool) for tool in tools if _tool_name(tool) is not None
-        }
-        if name is None:
-            choices = tuple(
-                f'{json.dumps(n, ensure_ascii=False)[1:]}, "arguments":{opening}'
-                for n, opening in openings.items()
-            )
-            return ForcedCall(prefix=f'{TOOL_CALL_OPEN}\n{{"name": "', close=TOOL_CALL_CLOSE, choices=choices)
-        quoted = json.dumps(name, ensure_ascii=False)
-        return ForcedCall(
-            prefix=f'{TOOL_CALL_OPEN}\n{{"name": {quoted}, "arguments":{openings.get(name, "")}',
-            close=TOOL_CALL_CLOSE,
+    def call_syntax(self) -> CallSyntax:
+        """``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``, calls on separate lines: what
+        ``format_tool_call_text`` and ``format_assistant_text`` write."""
+        return CallSyntax(
+            open=f'{TOOL_CALL_OPEN}\n{{"name": ',
+            between=', "arguments": ',
+            close=f"}}\n{TOOL_CALL_CLOSE}",
+            separator="\n",
+            trigger=TOOL_CALL_OPEN,
         )
-
-
-def _tool_name(tool: Mapping[str, Any]) -> str | None:
-    function = tool.get("function") if isinstance(tool, Mapping) else None
-    name = function.get("name") if isinstance(function, Mapping) else None
-    return name if isinstance(name, str) and name else None
-
-
-def _arguments_opening(tool: Mapping[str, Any]) -> str:
-    """What a forced call writes after ``"arguments":`` for this tool: `` {"KEY":`` for the first property
-    its ``parameters`` schema requires, plus `` "`` when that property is a string (so a model cannot
-    leave a string value unquoted); nothing when the schema requires no property."""
-    parameters = (tool.get("function") or {}).get("parameters")
-    if not isinstance(parameters, Mapping):
-        return ""
-    required = parameters.get("required")
-    if not isinstance(required, list) or not required or not isinstance(required[0], str):
-        return ""
-    key = required[0]
-    schema = (parameters.get("properties") or {}).get(key)
-    quote = ' "' if isinstance(schema, Mapping) and schema.get("type") == "string" else ""
-    return f" {{{json.dumps(key, ensure_ascii=False)}:{quote}"
 
 
 class NoToolParser:
@@ -348,7 +309,7 @@ class NoToolParser:
     def parse(self, text: str) -> ParsedResponse:
         return ParsedResponse(content=text or None)
 
-    def forced_call(self, name: str | None = None, *, tools: Sequence[Mapping[str, Any]] = ()) -> ForcedCall:
+    def call_syntax(self) -> CallSyntax:
         raise ValueError(
             "tool parsing is off (tool format 'none'), so a tool call cannot be forced: "
             "use a tool format such as 'hermes', or send tool_choice 'auto' or 'none'"

@@ -173,7 +173,7 @@ class Trace(BaseModel):
     sampling params it used). ``response_text`` is the text returned to the client (cut before a stop
     string when one matched); ``completion_token_ids`` keep every sampled token, the stop string's and the
     eos token included. ``completion_mask`` says which of those tokens the model sampled (1) and which the
-    gateway wrote itself (0: the opening of a tool call forced by ``tool_choice``, whose logprobs are 0.0);
+    gateway's grammar forced (0: the only token it allowed there, e.g. a forced tool call's fixed text; logprob 0.0);
     ``None`` means all were sampled. ``weight_version`` is the policy version that sampled its first token, and
     ``last_weight_version`` its last when a weight sync landed while it decoded (a partial rollout; else
     ``None``). ``trainable`` is false

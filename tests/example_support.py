@@ -57,7 +57,7 @@ class ScriptedTurnsEngine(EngineBase):
     def __init__(self, tokenizer: Any, replies: list[str]) -> None:
         self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 1
         self.calls: list[tuple[list[int], SamplingParams]] = []
-        self.constraints: list[Any] = []  # the gateway's token constraint per call (recorded, not applied)
+        self.constraints: list[Any] = []  # the gateway's grammar per call (None: unconstrained)
 
     @property
     def prompts(self) -> list[list[int]]:
@@ -74,6 +74,13 @@ class ScriptedTurnsEngine(EngineBase):
         reply = self.replies[len(self.calls)]
         self.calls.append((list(prompt_ids), params))
         ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        counts = None
+        if constraint is not None:  # the real grammar must accept the scripted reply, token by token
+            matcher = constraint.start()
+            for t in ids:
+                assert matcher.allowed(len(self.tokenizer))[t], f"the grammar refuses {reply!r} at token {t}"
+                matcher.advance(t)
+            counts = matcher.allowed_counts
         return [
             Completion(
                 prompt_ids=prompt_ids,
@@ -82,6 +89,7 @@ class ScriptedTurnsEngine(EngineBase):
                 text=reply,
                 finish_reason="stop",
                 weight_version=1,
+                allowed_counts=counts,
             )
         ]
 

@@ -15,16 +15,12 @@ pytest.importorskip("smolagents")
 from example_support import load_example, run_scripted, step_records, tiny_train_overrides
 from transformers import AutoTokenizer
 
-from rllm.tool_calls import HermesToolParser
+from rllm.tool_calls import format_tool_call_text
 
-FORCED = HermesToolParser().forced_call().prefix  # what the gateway writes before the model samples
-CALCULATE = 'calculate", "arguments": {"expression": "23 * 45"}}\n</tool_call>'
-ANSWER = 'final_answer", "arguments": {"answer": "1035"}}\n</tool_call>'
-# What the model may write after FORCED: one of these (the tool's name and its arguments' opening).
-OPENINGS = {
-    "calculate": 'calculate", "arguments": {"expression": "',
-    "final_answer": 'final_answer", "arguments": {"answer": "',
-}
+# Under tool_choice "required" the gateway holds the whole reply to calls of the agent's tools (a
+# grammar); the scripted engine runs each reply through that grammar, which must accept it.
+CALCULATE = format_tool_call_text("calculate", {"expression": "23 * 45"})
+ANSWER = format_tool_call_text("final_answer", {"answer": "1035"})
 
 
 @pytest.fixture(scope="module")
@@ -56,22 +52,17 @@ def test_tool_calling_agent_runs_unchanged_with_forced_calls(
     }
     assert all(t.finish_reason == "tool_calls" for t in traces)
     assert "Observation:\n1035" in tokenizer.decode(engine.calls[1][0])
-    forced = tokenizer(FORCED, add_special_tokens=False)["input_ids"]
-    assert all(prompt[-len(forced) :] == forced and "</tool_call>" in p.stop for prompt, p in engine.calls)
-
-    # The name was constrained to the agent's tools, and each call's arguments open with its key.
-    assert all(c.choices == list(OPENINGS.values()) for c in engine.constraints)
-
-    # smolagents re-renders its history as text, so each call is its own step; in each, the forced
-    # opening is masked out and logged at logprob 0, and so is the rest of the name and the arguments'
-    # opening once the first name token chose the tool; that choice and the sampled rest are trained on.
+    # Every call was constrained (a grammar per call); the call's fixed text and the end of sequence
+    # after it were forced (mask 0, logged at logprob 0), the tool's name and its arguments were chosen.
+    assert all(c is not None for c in engine.constraints)
     steps = episode.trajectories[0].steps
-    assert len(steps) == 2
-    for step, trace, name in zip(steps, traces, OPENINGS):
-        k, m = len(forced), len(tokenizer(OPENINGS[name], add_special_tokens=False)["input_ids"])
-        assert step.response_ids == trace.completion_token_ids
-        assert step.response_mask == [0] * k + [1] + [0] * (m - 1) + [1] * (len(step.response_ids) - k - m)
-        assert step.logprobs[: k + m] == [0.0] * k + [-0.5] + [0.0] * (m - 1)
+    assert len(steps) == 2  # smolagents re-renders its history as text, so each call is its own step
+    for step, trace in zip(steps, traces):
+        mask = trace.completion_mask
+        assert step.response_ids == trace.completion_token_ids and step.response_mask == mask
+        assert mask[0] == 0 and 1 in mask
+        assert all(lp == 0.0 for lp, m in zip(step.logprobs, mask) if m == 0)
+        assert all(lp == -0.5 for lp, m in zip(step.logprobs, mask) if m == 1)
     assert episode.trajectories[0].reward == 1.0
 
 
@@ -81,33 +72,17 @@ def test_a_calculator_call_on_the_question_earns_the_shaping_reward(
     """A right calculator call followed by a wrong final answer earns CALL_REWARD, not 1, and is not
     correct; a call on other numbers earns nothing."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    wrong = 'final_answer", "arguments": {"answer": "999"}}\n</tool_call>'
+    wrong = format_tool_call_text("final_answer", {"answer": "999"})
     episode, _engine, _traces = run_scripted(
         example, tokenizer, [CALCULATE, wrong], tmp_path / "a.db", max_tokens=48
     )
     assert episode.reward == example.CALL_REWARD == 0.25 and not episode.is_correct
     assert episode.metrics["signal/copied_operands"] == 1.0
-    other = 'calculate", "arguments": {"expression": "23 * 46"}}\n</tool_call>'
+    other = format_tool_call_text("calculate", {"expression": "23 * 46"})
     episode, _engine, _traces = run_scripted(
         example, tokenizer, [other, wrong], tmp_path / "b.db", max_tokens=48
     )
     assert episode.reward == 0.0 and episode.metrics["signal/copied_operands"] == 0.0
-
-
-def test_garbled_call_is_reported_to_the_agent_and_scored(
-    example: ModuleType, tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    """A continuation that is no valid call comes back as text; smolagents tells the model it could not
-    parse a call, and after max_steps asks for a final answer without tools (not forced)."""
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    replies = ["calc(23*45) oops", 'nope", "arguments": {}}\n</tool_call>', "It is 1000."]
-    episode, _engine, traces = run_scripted(example, tokenizer, replies, tmp_path / "t.db", max_tokens=48)
-    assert not episode.failed, episode.error
-    assert episode.reward == 0.0 and episode.metrics["signal/calculator_calls"] == 0
-    assert traces[0].response_message["tool_calls"] is None
-    assert traces[0].response_text == FORCED + "calc(23*45) oops"
-    assert traces[1].response_message["tool_calls"][0]["function"]["name"] == "nope"
-    assert traces[-1].request.get("tool_choice") is None and traces[-1].completion_mask is None
 
 
 def test_calculator_evaluates_arithmetic_only(example: ModuleType) -> None:

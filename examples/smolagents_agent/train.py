@@ -2,9 +2,9 @@
 
 The trainer serves its in-process engine behind an embedded gateway on loopback; every episode is a
 gateway session. ToolCallingAgent sends `tool_choice="required"` on every call, which the local engine
-honours by forcing the opening of a tool call (`<tool_call>\\n{"name": "`), constraining the name to the
-agent's tools and opening the arguments with their first key, and sampling the rest: the forced tokens are
-recorded as not sampled and never trained on (`response_mask` 0). smolagents renders
+honours with a grammar: the reply is a call of one of the agent's tools whose arguments match its schema;
+the tokens the grammar forced (the call's fixed text) are recorded as not sampled and never trained on
+(`response_mask` 0). smolagents renders
 its history as text ("Calling tools: [...]", "Observation: ..."), not as the tool-call tokens the model
 wrote, so each model call is its own training sequence (counted in `assembly/drift_splits`).
 

@@ -9,7 +9,8 @@ the session's traces back to build the episode's steps.
 Routes (each ``/v1`` route also under ``/sessions/{session_id}``):
 
 - ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not; ``n``, ``stop``, ``seed``,
-  ``tools`` / ``tool_choice``, ``logprobs``), ``GET /v1/models``;
+  ``tools`` / ``tool_choice``, ``response_format``, ``logprobs``; forced calls, JSON outputs and strict
+  tools are grammar-constrained on the local engine: :mod:`rllm.gateway.structured`), ``GET /v1/models``;
 - ``POST /v1/responses``: OpenAI's Responses API, translated to chat (:mod:`rllm.gateway.responses_api`);
 - ``POST /v1/messages``, ``POST /v1/messages/count_tokens``: Anthropic's Messages API, translated to chat
   (:mod:`rllm.gateway.messages_api`; errors on these routes take Anthropic's shape);
@@ -189,11 +190,15 @@ class _Api:
             "messages": messages,
             "tools": tools,
             "tool_choice": req.tool_choice,
+            "response_format": req.response_format,
+            "parallel_tool_calls": req.parallel_tool_calls,
             "logprobs": bool(req.logprobs),
             "max_tokens_given": req.max_tokens_given,
             "adapter": self.adapter_of(req.model),
         }
         record = {"messages": messages, "tools": tools, "tool_choice": req.tool_choice}
+        if req.response_format is not None:
+            record["response_format"] = req.response_format
         return await self._serve(request, req, up, record, req.to_sampling_params)
 
     async def completions(self, request: Request) -> Response:
@@ -220,6 +225,8 @@ class _Api:
             "messages": messages,
             "tools": tools,
             "tool_choice": tool_choice,
+            "response_format": req.response_format,
+            "parallel_tool_calls": req.parallel_tool_calls,
             "logprobs": req.wants_logprobs,
             "max_tokens_given": req.max_output_tokens is not None,
         }
@@ -230,6 +237,8 @@ class _Api:
             "instructions": req.instructions,
             "previous_response_id": req.previous_response_id,
         }
+        if req.response_format is not None:
+            record["response_format"] = req.response_format
         sampled = await self.sample(
             request, up, record, req.to_sampling_params, prefix="resp_", api="responses"
         )
@@ -258,6 +267,9 @@ class _Api:
             "messages": messages,
             "tools": tools,
             "tool_choice": tool_choice,
+            "parallel_tool_calls": False
+            if (req.tool_choice or {}).get("disable_parallel_tool_use")
+            else None,
         }
         record = {"messages": messages, "tools": tools, "tool_choice": tool_choice}
         sampled = await self.sample(

@@ -16,7 +16,10 @@ own tool parser (vLLM needs ``--enable-auto-tool-choice --tool-call-parser NAME`
 any ``tool_choice`` but ``"none"`` with a 400, which the client gets). Under a forced ``tool_choice``
 (``"required"`` or a named function), the tokens of the text the request forced (the call format's
 literal pieces and the name; ``rllm.gateway.vllm_forcing`` says which) are recorded as not sampled
-(``completion_mask`` 0), as the local engine records its forced tokens.
+(``completion_mask`` 0), as the local engine records its forced tokens. ``response_format`` and
+``parallel_tool_calls`` are passed through too (vLLM samples under its own structured-outputs grammar); a
+reply under a JSON ``response_format`` is recorded with every token not sampled (mask 0), since which
+tokens the server's grammar forced is not known here.
 
 Routing: a session sticks to the worker that served its first call (its prefix cache stays warm for the
 next turn); a new session, or one whose worker is down, goes to the least-loaded healthy worker.
@@ -405,6 +408,10 @@ class HTTPUpstream:
                 body["tools"] = request.tools
             if request.tool_choice is not None:
                 body["tool_choice"] = request.tool_choice
+            if request.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = request.parallel_tool_calls
+            if request.response_format is not None:
+                body["response_format"] = request.response_format
             body["logprobs"] = True
         else:
             body["prompt"] = request.prompt
@@ -430,6 +437,9 @@ class HTTPUpstream:
         )
         choices, trainable = [], self.trainable and prompt_ids is not None
         forced = self.kind == "vllm" and _forces_a_call(request)
+        # Under response_format the server samples under its own grammar: which tokens it forced is not
+        # known here and its logprobs may be renormalised over the allowed ones, so none is trained on.
+        structured = (request.response_format or {}).get("type", "text") != "text"
         for c in raw_choices:
             ids, lps, strings = _token_ids_and_logprobs(c, request.endpoint)
             if ids is None or lps is None or len(ids) != len(lps):
@@ -447,7 +457,9 @@ class HTTPUpstream:
                     completion_ids=ids or [],
                     logprobs=lps or [],
                     completion_mask=(
-                        forced_reply_mask(strings, len(ids), request.tools, request.tool_choice)
+                        [0] * len(ids)
+                        if structured and ids
+                        else forced_reply_mask(strings, len(ids), request.tools, request.tool_choice)
                         if forced and ids
                         else None
                     ),

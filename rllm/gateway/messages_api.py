@@ -12,7 +12,8 @@ sampling uses and answers its length.
 
 Fields that change nothing about sampling (``metadata``, ``service_tier``, ``cache_control``) are
 accepted; what the gateway would have to honour and cannot (images, documents, extended thinking,
-server tools, MCP servers, structured outputs, assistant prefill ...) is refused with a 400 that names
+server tools, MCP servers, assistant prefill ...; ``strict`` tools are honoured: their arguments are held
+to ``input_schema`` by a grammar on the local engine) is refused with a 400 that names
 the field, and so is any field this module does not know. Errors on these routes come back in
 Anthropic's shape (:func:`error_body`).
 """
@@ -306,17 +307,15 @@ def _tools(req: CountTokensRequest) -> list[dict[str, Any]] | None:
             )
         allowed = {"type", "name", "description", "input_schema", "cache_control", "strict"}
         _check_keys(tool, allowed, where, "a tool")
-        if tool.get("strict"):
-            raise fail(
-                f"{where}.strict: strict tool use is not supported (arguments are sampled, not "
-                "schema-constrained): send strict false or leave it out",
-                f"{where}.strict",
-            )
+        if tool.get("strict") not in (None, True, False):
+            raise fail(f"{where}.strict: true or false", f"{where}.strict")
         if not isinstance(tool.get("input_schema"), dict):
             raise fail(f"{where}.input_schema: a tool needs its input_schema (a JSON schema object)", where)
         fields = {"name": tool.get("name"), "parameters": tool["input_schema"]}
         if tool.get("description") is not None:
             fields["description"] = tool["description"]
+        if tool.get("strict"):  # its arguments are held to input_schema (rllm.gateway.structured)
+            fields["strict"] = True
         out.append(chat_tool(fields, f"tools[{i}]", where))
     return out
 

@@ -50,7 +50,8 @@ class OpenAIError(Exception):
 _UNSUPPORTED = {
     "functions": "the legacy 'functions' field is not supported: send 'tools' instead",
     "function_call": "the legacy 'function_call' field is not supported: send 'tool_choice' instead",
-    "response_format": "response_format (JSON mode) is not supported by the gateway",
+    "response_format": "response_format is supported on chat completions only (send the request to "
+    "/v1/chat/completions)",
     "logit_bias": "logit_bias is not supported by the gateway",
     "presence_penalty": "presence_penalty is not supported by the gateway",
     "frequency_penalty": "frequency_penalty is not supported by the gateway",
@@ -197,6 +198,9 @@ class ChatCompletionRequest(_SamplingRequest):
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # {"type": "text" | "json_object" | "json_schema", ...}: checked where its grammar is built
+    # (rllm.gateway.structured), so an HTTP upstream gets it as the client sent it.
+    response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0)
 

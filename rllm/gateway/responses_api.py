@@ -11,7 +11,9 @@ and that trace holds the conversation it was sampled from and its reply, so a co
 across gateway restarts and across the worker processes that share one store.
 
 Fields that change nothing about sampling (``user``, ``metadata``, ``store``, ``service_tier`` ...) are
-accepted; fields the gateway would have to honour and cannot (built-in tools, JSON-schema text formats,
+accepted; ``text.format`` (``json_object`` / ``json_schema``) becomes chat's ``response_format`` and
+``strict`` function tools stay strict (both constrained by a grammar on the local engine,
+:mod:`rllm.gateway.structured`); fields the gateway would have to honour and cannot (built-in tools,
 ``conversation``, ``background``, reasoning effort, ``truncation: "auto"`` ...) are refused with a 400
 that names them, and so is any field this module does not know.
 """
@@ -128,6 +130,17 @@ class ResponsesRequest(BaseModel):
             raise fail("input: send the new input (a string or a non-empty list of items)", "input")
 
     @property
+    def response_format(self) -> dict[str, Any] | None:
+        """``text.format`` as chat's ``response_format`` (``None``: plain text)."""
+        fmt = (self.text or {}).get("format")
+        if not isinstance(fmt, dict) or fmt.get("type") == "text":
+            return None
+        if fmt["type"] == "json_object":
+            return {"type": "json_object"}
+        spec = {k: v for k, v in fmt.items() if k in ("name", "description", "schema", "strict")}
+        return {"type": "json_schema", "json_schema": spec}
+
+    @property
     def wants_logprobs(self) -> bool:
         return _LOGPROBS in (self.include or [])
 
@@ -147,10 +160,18 @@ def _check_text(text: dict[str, Any]) -> None:
     if unknown:
         raise fail(f"text: unknown option {unknown[0]!r}", f"text.{unknown[0]}")
     fmt = text.get("format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+    if fmt is not None and (
+        not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema")
+    ):
         kind = fmt.get("type") if isinstance(fmt, dict) else fmt
         raise fail(
-            f"text.format: only plain text is supported, not {kind!r} (no structured outputs)", "text.format"
+            f"text.format.type must be 'text', 'json_object' or 'json_schema', not {kind!r}", "text.format"
+        )
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and not isinstance(fmt.get("schema"), dict):
+        raise fail(
+            "text.format.schema: send the JSON schema the reply must match, as "
+            '{"type": "json_schema", "name": ..., "schema": {...}}',
+            "text.format.schema",
         )
     if text.get("verbosity") not in (None, "medium"):
         raise fail("text.verbosity: only 'medium' (the default) is supported", "text.verbosity")
@@ -347,7 +368,7 @@ def response_body(
         "store": True,  # the gateway records every call: training reads it back
         "temperature": sampling.get("temperature"),
         "top_p": sampling.get("top_p"),
-        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "text": {"format": (req.text or {}).get("format") or {"type": "text"}, "verbosity": "medium"},
         "tool_choice": req.tool_choice or "auto",
         "tools": req.tools or [],
         "truncation": "disabled",

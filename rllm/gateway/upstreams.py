@@ -5,25 +5,28 @@ with the exact prompt/completion token ids and per-token logprobs behind them.
 the embedded gateway of a training run). It renders chat messages with the model's chat template
 (:class:`~rllm.inference.chat_template.ChatRenderer`, which also describes ``tools`` to models whose
 template ignores them) and parses tool calls out of the sampled text. A ``tool_choice`` that forces a call
-(``"required"`` or a named function) is honoured by constrained decoding: the tool format's opening (and
-the function's name) is written into the completion; under ``"required"`` the model then writes one of the
-tools' names (its tokens restricted to them), and each call's arguments open as its schema's first
-required key; then the model samples the rest. Forced tokens (written, or the only one allowed) are marked 0
-in ``completion_mask`` so training never treats them as sampled. HTTP upstreams (vLLM, SGLang, any
+(``"required"`` or a named function), a ``response_format`` and ``strict`` tools are honoured by
+grammar-constrained decoding (:mod:`rllm.gateway.structured` builds the grammar,
+:mod:`rllm.inference.grammar` samples under it): a token the grammar forced (it allowed that one only) is
+marked 0 in ``completion_mask`` with logprob 0.0, so training never treats it as sampled; a token the model
+chose keeps its unrestricted logprob. HTTP upstreams (vLLM, SGLang, any
 OpenAI-compatible server) live in :mod:`rllm.gateway.http_upstream`.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rllm.gateway.structured import StructureError, output_grammar
 from rllm.inference.base import SamplingParams
 from rllm.inference.chat_template import ChatRenderer
-from rllm.inference.constraints import OneOfTexts, allowed_counts
-from rllm.tool_calls import ForcedCall, get_tool_parser
+from rllm.inference.grammar import Grammar, GrammarError
+from rllm.tool_calls import CallSyntax, get_tool_parser
 from rllm.types import DEFAULT_ADAPTER
 
 
@@ -41,6 +44,10 @@ class UpstreamRequest(BaseModel):
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    # Chat's response_format ({"type": "json_object"} / {"type": "json_schema", ...}) and
+    # parallel_tool_calls (false: at most one call), as the client sent them.
+    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     prompt: str | list[int] | None = None
     params: SamplingParams
     logprobs: bool = False
@@ -137,21 +144,15 @@ class LocalUpstream:
         self.tool_parser = get_tool_parser(tool_format)
         self.vocab_size = len(engine.tokenizer)  # len() of an HF tokenizer recounts added tokens: once, here
         self.context_length: int | None = engine.context_length
+        self._grammars: OrderedDict[str, Grammar] = OrderedDict()  # the latest grammars, by their text
 
     async def complete(self, request: UpstreamRequest, *, session_id: str) -> UpstreamResult:
-        forced = self._forced_call(request)
+        grammar = await self._grammar(request)
         prompt_ids = self._prompt_ids(request)
         request = self._fit_context(request, len(prompt_ids))
-        forced_ids: list[int] = []
-        params = request.params
-        constraint = None
-        if forced is not None:
-            forced_ids, params = self._forced_ids(forced, params)
-            if forced.choices:
-                constraint = OneOfTexts(self.engine.tokenizer, forced.choices)
         options: dict[str, Any] = {}  # only what is set: an engine without these takes no such argument
-        if constraint is not None:
-            options["constraint"] = constraint
+        if grammar is not None:
+            options["constraint"] = grammar
         # The request's own "<model>:<adapter>" first, else the adapter of the session's role (a run's roles).
         adapter = request.adapter
         if adapter is None and self.adapters is not None:
@@ -159,7 +160,7 @@ class LocalUpstream:
         if adapter is not None:
             options["adapter"] = adapter
         try:
-            completions = await self.engine.generate(prompt_ids + forced_ids, params, **options)
+            completions = await self.engine.generate(prompt_ids, request.params, **options)
         except ValueError as exc:
             if adapter is None:
                 raise
@@ -167,14 +168,9 @@ class LocalUpstream:
         parse = (
             request.endpoint == "chat.completions" and bool(request.tools) and request.tool_choice != "none"
         )
-        force = {
-            "forced": forced,
-            "forced_ids": forced_ids,
-            "stop": request.params.stop,
-            "constraint": constraint,
-        }
         choices = [
-            self._choice(c, with_tokens=request.logprobs, parse_tools=parse, **force) for c in completions
+            self._choice(c, with_tokens=request.logprobs, parse_tools=parse, stop=request.params.stop)
+            for c in completions
         ]
         version = completions[0].weight_version if completions else self.engine.weight_version
         last = max((c.last_weight_version or c.weight_version for c in completions), default=version)
@@ -186,43 +182,72 @@ class LocalUpstream:
             last_weight_version=last if last != version else None,
         )
 
-    def _forced_call(self, request: UpstreamRequest) -> ForcedCall | None:
-        """The call ``tool_choice`` forces (``"required"``: any tool; a named function: that one), or
-        ``None``. A name that is not among ``tools``, or a format that cannot force a call, is a 400."""
-        choice = request.tool_choice
-        if choice in (None, "none", "auto"):
+    async def _grammar(self, request: UpstreamRequest) -> Grammar | None:
+        """The grammar the reply must match (:mod:`rllm.gateway.structured`), or ``None``. Grammars are
+        kept by their text (an agent sends the same tools every turn); the first one also builds the
+        tokenizer's grammar vocabulary, so it is made off the event loop. Bad input is a 400."""
+        forced = request.tool_choice not in (None, "none", "auto")
+        if request.tool_choice is not None and forced:
+            self._check_forced(request)
+        if request.endpoint != "chat.completions" or (
+            not forced and request.response_format is None and not _any_strict(request.tools)
+        ):
             return None
-        if request.endpoint != "chat.completions" or not request.tools:
-            raise UpstreamError(400, f"tool_choice {choice!r} needs tools: send the tools the model may call")
         try:
-            if choice == "required":
-                return self.tool_parser.forced_call(tools=request.tools)
-            name = _named_function(choice)
-            names = [(t.get("function") or {}).get("name") for t in request.tools]
-            if name not in names:
-                raise UpstreamError(
-                    400,
-                    f"tool_choice names the function {name!r}, which is not in tools "
-                    f"({', '.join(map(repr, names))}): name one of them, or add it to tools",
-                )
-            return self.tool_parser.forced_call(name, tools=request.tools)
-        except ValueError as exc:  # the tool format cannot force a call
+            text = output_grammar(
+                tools=request.tools,
+                tool_choice=request.tool_choice,
+                response_format=request.response_format,
+                parallel_tool_calls=request.parallel_tool_calls,
+                syntax=self._call_syntax(required=forced),
+            )
+        except StructureError as exc:
             raise UpstreamError(400, str(exc)) from exc
-
-    def _forced_ids(self, forced: ForcedCall, params: SamplingParams) -> tuple[list[int], SamplingParams]:
-        """The forced opening's token ids, and the params to sample the rest with: what is left of
-        ``max_tokens`` (the forced tokens are part of the completion), stopping after the call closes."""
-        forced_ids = list(self.engine.tokenizer(forced.prefix, add_special_tokens=False)["input_ids"])
-        left = params.max_tokens - len(forced_ids)
-        if left < 1:
+        if text is None:
+            return None
+        if not self.engine.capabilities.constraints:
             raise UpstreamError(
                 400,
-                f"max_tokens {params.max_tokens} leaves no room to sample a forced tool call: its opening "
-                f"{forced.prefix!r} alone is {len(forced_ids)} tokens; raise max_tokens",
+                f"the {self.engine.capabilities.name} engine cannot constrain decoding, which this request "
+                "needs (a forced tool_choice, response_format or a strict tool): leave those out, or serve "
+                "it with inference.engine=local",
             )
-        return forced_ids, params.model_copy(
-            update={"max_tokens": left, "stop": [*params.stop, forced.close]}
-        )
+        grammar = self._grammars.get(text)
+        if grammar is None:
+            try:
+                grammar = await asyncio.to_thread(Grammar, text, self.engine.tokenizer)
+            except GrammarError as exc:
+                raise UpstreamError(400, f"the reply's grammar cannot be compiled: {exc}") from exc
+            self._grammars[text] = grammar
+            while len(self._grammars) > _GRAMMARS_KEPT:
+                self._grammars.popitem(last=False)
+        self._grammars.move_to_end(text)
+        return grammar
+
+    def _call_syntax(self, *, required: bool) -> CallSyntax | None:
+        """The tool format's call spelling; a format without calls cannot force one (a 400)."""
+        try:
+            return self.tool_parser.call_syntax()
+        except ValueError as exc:
+            if required:
+                raise UpstreamError(400, str(exc)) from exc
+            return None
+
+    def _check_forced(self, request: UpstreamRequest) -> None:
+        """A forced ``tool_choice`` needs tools, and a named function must be one of them (else a 400)."""
+        choice = request.tool_choice
+        if request.endpoint != "chat.completions" or not request.tools:
+            raise UpstreamError(400, f"tool_choice {choice!r} needs tools: send the tools the model may call")
+        if choice == "required":
+            return
+        name = _named_function(choice)
+        names = [(t.get("function") or {}).get("name") for t in request.tools]
+        if name not in names:
+            raise UpstreamError(
+                400,
+                f"tool_choice names the function {name!r}, which is not in tools "
+                f"({', '.join(map(repr, names))}): name one of them, or add it to tools",
+            )
 
     def _prompt_ids(self, request: UpstreamRequest) -> list[int]:
         """The prompt as token ids: rendered chat messages, a tokenized string, or the ids given."""
@@ -265,39 +290,25 @@ class LocalUpstream:
         return request
 
     def _choice(
-        self,
-        c: Any,
-        *,
-        with_tokens: bool,
-        parse_tools: bool,
-        forced: ForcedCall | None = None,
-        forced_ids: Sequence[int] = (),
-        stop: Sequence[str] = (),
-        constraint: OneOfTexts | None = None,
+        self, c: Any, *, with_tokens: bool, parse_tools: bool, stop: Sequence[str] = ()
     ) -> UpstreamChoice:
         """One completion as a choice; with ``parse_tools``, a well-formed tool call becomes ``tool_calls``.
-        After a forced opening (``forced``), the choice is the forced tokens (logprob 0.0, mask 0) then the
-        sampled ones, and its text runs from the opening to the call's close (or a client stop string).
-        Under a ``constraint``, a position where it allowed one token only is forced too (logprob 0.0,
-        mask 0); one where it allowed several is sampled (mask 1, the unrestricted logprob)."""
-        completion_ids = [*forced_ids, *c.completion_ids]
-        sampled_mask = [1] * len(c.completion_ids)
-        if constraint is not None:
-            sampled_mask = [int(n != 1) for n in allowed_counts(constraint, c.completion_ids)]
+        Under a grammar (``c.allowed_counts``), a token it forced (allowed that one only) is logprob 0.0 and
+        ``completion_mask`` 0; a token the model chose is mask 1 with its unrestricted logprob."""
+        mask = None if c.allowed_counts is None else [int(n != 1) for n in c.allowed_counts]
         choice = UpstreamChoice(
             text=c.text,
             finish_reason=c.finish_reason,
             stop_sequence=self._stop_sequence(c, stop),
-            completion_ids=completion_ids,
-            logprobs=[0.0] * len(forced_ids) + [lp if m else 0.0 for lp, m in zip(c.logprobs, sampled_mask)],
-            token_strings=[self.engine.tokenizer.decode([t]) for t in completion_ids]
+            completion_ids=list(c.completion_ids),
+            logprobs=list(c.logprobs)
+            if mask is None
+            else [lp if m else 0.0 for lp, m in zip(c.logprobs, mask)],
+            completion_mask=mask,
+            token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids]
             if with_tokens
             else None,
         )
-        if forced is not None:
-            choice.completion_mask = [0] * len(forced_ids) + sampled_mask
-            sampled = self.engine.tokenizer.decode(c.completion_ids, skip_special_tokens=True)
-            choice.text = forced.prefix + _cut_forced(sampled, forced.close, stop)
         if not parse_tools:
             return choice
         parsed = self.tool_parser.parse(choice.text)
@@ -330,6 +341,13 @@ class LocalUpstream:
         return None
 
 
+_GRAMMARS_KEPT = 64  # compiled grammars an upstream keeps, by their text
+
+
+def _any_strict(tools: list[dict[str, Any]] | None) -> bool:
+    return any((t.get("function") or {}).get("strict") for t in tools or [])
+
+
 def _named_function(choice: Any) -> str:
     """The name in a ``{"type": "function", "function": {"name": ...}}`` tool choice; a 400 otherwise."""
     function = choice.get("function") if isinstance(choice, dict) else None
@@ -347,15 +365,3 @@ def _named_function(choice: Any) -> str:
             f'{{"name": "<one of the tools>"}}}}, got {choice!r}',
         )
     return name
-
-
-def _cut_forced(sampled: str, close: str, stop: Sequence[str]) -> str:
-    """The sampled rest of a forced call as the client gets it: up to and including ``close`` (the engine
-    stopped there), or cut before a client stop string that came first (OpenAI's stop semantics)."""
-    end = sampled.find(close)
-    cut = len(sampled) if end < 0 else end + len(close)
-    for s in stop:
-        hit = sampled.find(s) if s else -1
-        if 0 <= hit < cut:
-            cut = hit
-    return sampled[:cut]

@@ -61,6 +61,9 @@ class Completion(BaseModel):
     weight_version: int = 0  # the weights that sampled its first token
     last_weight_version: int | None = None  # ... and its last (differs when a weight sync paused it)
     pauses: int = 0  # times a weight sync paused it mid-decode (a partial rollout)
+    # Under a grammar (generate(constraint=...)): per completion token, how many tokens the grammar allowed
+    # at its position (1: forced, the model had no choice); None when it was sampled unconstrained.
+    allowed_counts: list[int] | None = None
 
 
 WeightTransfer = Literal["tensors", "files", "service"]
@@ -82,7 +85,9 @@ class EngineCapabilities(BaseModel):
     # Calls take session_id= (the episode id): one server per episode, traced together by its own gateway.
     routes_by_session: bool = False
     own_gateway: bool = False  # @rllm.rollout flows call its own gateway(s) (gateway_urls, trace_store)
-    constraints: bool = False  # generate(constraint=...) forces tokens (the tool_choice paths of the gateway)
+    # generate(constraint=Grammar) holds the output to a grammar (the gateway's forced tool calls,
+    # response_format and strict tools; rllm.inference.grammar)
+    constraints: bool = False
     # Logprobs after top-p/top-k are those the trainer recomputes (over the full vocabulary); an engine whose
     # logprobs are renormalised over the kept tokens cannot train with rollout.top_p < 1 or top_k.
     truncation_logprobs_exact: bool = True
@@ -123,7 +128,7 @@ class InferenceEngine(Protocol):
         adapter: str | None = None,
     ) -> list[Completion]:
         """Sample ``params.n`` continuations of ``prompt_ids``. ``session_id`` (the episode id) when the
-        engine ``routes_by_session``; ``constraint`` (a token constraint) when it has ``constraints``;
+        engine ``routes_by_session``; ``constraint`` (a :class:`~rllm.inference.grammar.Grammar`) when it has ``constraints``;
         ``adapter`` (a loaded LoRA adapter's name; None: the engine's single policy) when it has
         ``adapters``. An unknown adapter name raises ``ValueError`` naming the loaded ones."""
         ...

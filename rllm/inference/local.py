@@ -45,7 +45,7 @@ from rllm.inference.base import (
     SamplingParams,
     WeightSyncError,
 )
-from rllm.inference.constraints import TokenConstraint
+from rllm.inference.grammar import Grammar, GrammarMatcher
 from rllm.inference.multi_lora import AdapterSet, AdapterTensors
 from rllm.inference.sampling import sample_tokens
 
@@ -109,7 +109,7 @@ class _Row:
     weight_version: int = -1  # the version of its first token (a sync may land before the caller wakes)
     last_weight_version: int = -1  # the version of its latest token (differs once a sync paused the row)
     pauses: int = 0  # times a weight sync paused this row mid-decode
-    constraint: TokenConstraint | None = None  # set to None once it frees the row
+    constraint: GrammarMatcher | None = None  # the row's place in its grammar (constrained decoding)
     adapter: str | None = None  # the LoRA adapter it samples with (None: no adapter)
 
 
@@ -166,13 +166,14 @@ class LocalEngine(EngineBase):
         params: SamplingParams,
         *,
         session_id: str | None = None,
-        constraint: TokenConstraint | None = None,
+        constraint: Grammar | None = None,
         adapter: str | None = None,
     ) -> list[Completion]:
-        """Sample ``params.n`` continuations; ``constraint`` (constrained decoding) restricts which tokens
-        each may sample next until it frees the row (see :mod:`rllm.inference.constraints`). ``adapter``
-        names a LoRA adapter of :meth:`load_adapters` (None: the base weights, or the merged ones of
-        ``load_weights``). One process serves every session, so ``session_id`` routes nothing here."""
+        """Sample ``params.n`` continuations; ``constraint`` (constrained decoding) holds each to a grammar
+        (see :mod:`rllm.inference.grammar`), and each completion's ``allowed_counts`` says per token how
+        many tokens the grammar allowed (1: forced). ``adapter`` names a LoRA adapter of
+        :meth:`load_adapters` (None: the base weights, or the merged ones of ``load_weights``). One process
+        serves every session, so ``session_id`` routes nothing here."""
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         if adapter is not None:
@@ -195,7 +196,7 @@ class LocalEngine(EngineBase):
                 gen,
                 loop.create_future(),
                 loop,
-                constraint=constraint,
+                constraint=constraint.start() if constraint is not None else None,
                 adapter=adapter,
             )
             rows.append(row)
@@ -213,6 +214,7 @@ class LocalEngine(EngineBase):
                 weight_version=r.weight_version,
                 last_weight_version=r.last_weight_version,
                 pauses=r.pauses,
+                allowed_counts=r.constraint.allowed_counts if r.constraint is not None else None,
             )
             for r in rows
         ]
@@ -393,7 +395,8 @@ class LocalEngine(EngineBase):
                 r.out_logprobs.append(lp_list[pos])
                 tok = tok_list[pos]
                 if (
-                    tok in eos
+                    self._advance(r, tok)
+                    or tok in eos
                     and not r.params.ignore_eos
                     or tok in r.params.stop_token_ids
                     or r.params.stop
@@ -448,21 +451,20 @@ class LocalEngine(EngineBase):
         return slots
 
     def _allowed(self, rows: list[_Row], vocab: int) -> torch.Tensor | None:
-        """The ``[B, V]`` mask of the tokens each row's constraint allows next (``None`` when no row has one);
-        a constraint that frees its row is dropped from it."""
-        mask: torch.Tensor | None = None
+        """The ``[B, V]`` mask of the tokens each row's grammar allows next (``None`` when no row has one)."""
+        if all(r.constraint is None for r in rows):
+            return None
+        mask = torch.ones((len(rows), vocab), dtype=torch.bool)
         for pos, r in enumerate(rows):
-            if r.constraint is None:
-                continue
-            allowed = r.constraint.allowed(r.out_ids)
-            if allowed is None:
-                r.constraint = None
-                continue
-            if mask is None:
-                mask = torch.ones((len(rows), vocab), dtype=torch.bool, device=self.device)
-            mask[pos] = False
-            mask[pos, torch.tensor(allowed, dtype=torch.long, device=self.device)] = True
-        return mask
+            if r.constraint is not None:
+                mask[pos] = torch.from_numpy(r.constraint.allowed(vocab))
+        return mask.to(self.device)
+
+    @staticmethod
+    def _advance(r: _Row, token: int) -> bool:
+        """Move a constrained row's grammar past the token it sampled; True once the grammar is complete
+        (it ended with its eos): the row stops, whatever ``ignore_eos`` says."""
+        return r.constraint is not None and r.constraint.advance(token)
 
     def _hit_stop(self, r: _Row) -> bool:
         """True when the decoded completion contains a stop string; the text is cut before it (OpenAI

@@ -54,12 +54,10 @@ def sample_tokens(
     safe_t = torch.where(greedy_B, torch.ones_like(temperature_B), temperature_B).unsqueeze(1)
     scaled = logits_BV / safe_t
     logprobs_BV = torch.log_softmax(scaled, dim=-1)
+    # The mask goes first (as in vLLM), so top-k / top-p pick among the allowed tokens and never leave none.
+    filtered = scaled if allowed_BV is None else scaled.masked_fill(~allowed_BV, float("-inf"))
     if bool(((top_k_B > 0) | (top_p_B < 1.0)).any()):
-        filtered = filter_top_k_top_p(scaled, top_k_B, top_p_B)
-    else:
-        filtered = scaled
-    if allowed_BV is not None:
-        filtered = filtered.masked_fill(~allowed_BV, float("-inf"))
+        filtered = filter_top_k_top_p(filtered, top_k_B, top_p_B)
     probs_BV = torch.softmax(filtered, dim=-1)
     # Inverse-CDF sampling, vectorised over rows: each row draws one uniform number from its own
     # generator (so a seeded row is reproducible whatever shares its batch). float64 keeps the CDF

@@ -10,8 +10,9 @@ message, the template's turn markers), the calls form **one** training sequence:
     logprobs     = sampled lps  +     0.0…      + sampled lps
 
 so the model's own tokens are trained on once, in the context they were sampled in, and tokens the model
-did not produce are masked out: the new tokens between calls, and inside a completion the tokens the gateway
-forced (the opening of a tool call under ``tool_choice``, ``Trace.completion_mask`` 0). A call whose prompt does not extend an earlier sequence starts a new one.
+did not produce are masked out: the new tokens between calls, and inside a completion the tokens the gateway's
+grammar forced (the only token it allowed: a forced tool call's fixed text, ``Trace.completion_mask`` 0).
+A call whose prompt does not extend an earlier sequence starts a new one.
 When its prompt *does* contain an earlier prompt but then differs inside the earlier completion, the chat
 template re-rendered the history differently from what the model produced ("template drift"): the
 sequence is split there, counted in ``assembly/drift_splits`` and logged with the first differing
@@ -50,7 +51,7 @@ class _Open:
     def extend(self, trace: Trace) -> None:
         new = trace.prompt_token_ids[len(self.tokens) :]
         self.response_ids += new + trace.completion_token_ids
-        # Tokens the gateway forced (a tool call's opening under tool_choice) were not sampled: mask 0.
+        # Tokens the gateway's grammar forced (a tool call's fixed text ...) were not sampled: mask 0.
         self.mask += [0] * len(new) + trace.sampled_mask
         self.logprobs += [0.0] * len(new) + list(trace.logprobs)
         self.last = trace

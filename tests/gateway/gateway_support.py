@@ -55,7 +55,9 @@ class ScriptedEngine(EngineBase):
         self.tokenizer, self.replies, self.weight_version = tokenizer, list(replies), 5
         self.prompts: list[list[int]] = []
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, constraint: Any = None
+    ) -> list[Completion]:
         reply = self.replies[len(self.prompts) % len(self.replies)]
         self.prompts.append(list(prompt_ids))
         ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
@@ -67,8 +69,21 @@ class ScriptedEngine(EngineBase):
                 text=reply,
                 finish_reason="stop",
                 weight_version=5,
+                allowed_counts=grammar_counts(constraint, ids, len(self.tokenizer)),
             )
         ]
+
+
+def grammar_counts(grammar: Any, ids: list[int], vocab_size: int) -> list[int] | None:
+    """A scripted reply run through the (real) grammar the gateway sent, token by token: it must accept
+    every token; returns the per-token counts the local engine records (None without a grammar)."""
+    if grammar is None:
+        return None
+    matcher = grammar.start()
+    for t in ids:
+        assert matcher.allowed(vocab_size)[t], f"the grammar refuses token {t} of the scripted reply"
+        matcher.advance(t)
+    return matcher.allowed_counts
 
 
 def scripted_server(tiny_engine: Any, replies: list[str], store: TraceStore) -> GatewayServer:
@@ -82,6 +97,11 @@ def assert_one_merged_step(traces: list) -> None:
     between = t2.prompt_token_ids[len(t1.prompt_token_ids) + n1 :]
     assert metrics["assembly/merged_calls"] == 1 and metrics["assembly/drift_splits"] == 0
     assert step.response_ids == t1.completion_token_ids + between + t2.completion_token_ids
-    assert step.response_mask == [1] * n1 + [0] * len(between) + [1] * n2
-    assert step.logprobs == [-0.25] * n1 + [0.0] * len(between) + [-0.25] * n2
+    # Each turn's own mask (all 1, or a strict tool's grammar marking the call's fixed text 0).
+    m1, m2 = t1.sampled_mask, t2.sampled_mask
+    assert len(m1) == n1 and len(m2) == n2
+    assert step.response_mask == m1 + [0] * len(between) + m2
+    assert step.logprobs == [-0.25 if m else 0.0 for m in m1] + [0.0] * len(between) + [
+        -0.25 if m else 0.0 for m in m2
+    ]
     assert step.weight_version == 5

@@ -342,7 +342,7 @@ _BAD_COMMON: dict[str, st.SearchStrategy[Any]] = {
     "return_token_ids": st.sampled_from(["x", 2, [], {}]),
     "functions": st.sampled_from([[{"name": "f"}], "x", 1]),
     "logit_bias": st.sampled_from([{"1": 5}, "x", [1]]),
-    "response_format": st.sampled_from([{"type": "json_object"}, "x"]),
+    "response_format": st.sampled_from([{"type": "xml"}, "x"]),
     "presence_penalty": st.sampled_from([0.5, "x"]),
     "best_of": st.just(2),
     "echo": st.just(True),

@@ -133,9 +133,9 @@ def test_openai_client_raises_bad_request(server: _Server) -> None:
         server.client().chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "hi"}],
-            response_format={"type": "json_object"},
+            response_format={"type": "json_schema", "json_schema": {"name": "x"}},
         )
-    assert "response_format" in info.value.message
+    assert "response_format.json_schema.schema" in info.value.message
 
 
 def test_api_key_required(server: _Server) -> None:

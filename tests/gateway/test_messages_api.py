@@ -20,7 +20,6 @@ from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.server import GatewayServer
 from rllm.gateway.traces import TraceStore
-from rllm.tool_calls import HermesToolParser
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n</tool_call>'
 TOOLS: list[Any] = [
@@ -148,37 +147,64 @@ def test_streamed_message_with_the_stream_helper_and_raw_events(server: _Server)
         assert head == f"event: {json.loads(data.removeprefix('data: '))['type']}"
 
 
+# A strict tool with a small schema, so that even a tiny random model finishes its calls in a few tokens.
+DIGITS = {"type": "integer", "minimum": 0, "maximum": 9}
+STRICT_ADD = {
+    "name": "add",
+    "strict": True,
+    "input_schema": {
+        "type": "object",
+        "properties": {"a": DIGITS, "b": DIGITS},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    },
+}
+
+
 @pytest.mark.parametrize(
-    ("tool_choice", "chat_choice", "prefix"),
+    ("tool_choice", "chat_choice"),
     [
-        ({"type": "any"}, "required", HermesToolParser().forced_call().prefix),
-        (
-            {"type": "tool", "name": "add"},
-            {"type": "function", "function": {"name": "add"}},
-            HermesToolParser().forced_call("add").prefix,
-        ),
+        ({"type": "any"}, "required"),
+        ({"type": "any", "disable_parallel_tool_use": True}, "required"),
+        ({"type": "tool", "name": "add"}, {"type": "function", "function": {"name": "add"}}),
     ],
 )
-def test_forced_tool_choice_masks_the_forced_tokens(
-    server: _Server, tool_choice: dict, chat_choice: Any, prefix: str
+def test_forced_tool_choice_writes_a_call_that_matches_the_schema(
+    server: _Server, tool_choice: dict, chat_choice: Any
 ) -> None:
-    session = f"msg-force-{tool_choice['type']}"
+    session = f"msg-force-{tool_choice['type']}-{len(tool_choice)}"
+    # Seeded (the Messages API has no seed field): a random model's run of calls under "any" stays short.
+    r = server.http("POST", "/sessions", json={"session_id": session, "sampling": {"seed": 3}})
+    assert r.status_code == 201, r.text
     msg = _client(server.url, session).messages.create(
-        model=MODEL, max_tokens=24, messages=QUESTION, tools=TOOLS, tool_choice=tool_choice
+        model=MODEL, max_tokens=40, messages=QUESTION, tools=[STRICT_ADD], tool_choice=tool_choice
     )
+    assert msg.stop_reason == "tool_use"
+    (block,) = [b for b in msg.content if b.type == "tool_use"]
+    assert block.name == "add" and set(block.input) == {"a", "b"}
+    assert all(type(v) is int and 0 <= v <= 9 for v in block.input.values())
     (trace,) = server.traces(session)
-    assert trace["request"]["tool_choice"] == chat_choice and trace["request"]["tools"] == CHAT_TOOLS
-    forced = _ids(server.engine.tokenizer, prefix)
-    k = len(forced)
-    assert trace["completion_token_ids"][:k] == forced and trace["logprobs"][:k] == [0.0] * k
-    # After the written prefix, positions where the name/arguments constraint left one token are forced
-    # too (mask 0, logprob 0.0; a single tool here, so its name is); the rest was sampled.
+    assert trace["request"]["tool_choice"] == chat_choice
+    assert trace["request"]["tools"][0]["function"]["strict"] is True
+    # The grammar's forced tokens (the call's fixed text, the only tool's name) are mask 0 at logprob 0.0;
+    # the digits were the model's choice, and so was stopping after a call under "any" (another call could
+    # follow), while a named call, or one call under disable_parallel_tool_use, is the only one: its end of
+    # sequence is forced.
     mask = trace["completion_mask"]
-    assert mask[:k] == [0] * k and 1 in mask[k:]
+    one_call = tool_choice["type"] == "tool" or tool_choice.get("disable_parallel_tool_use")
+    assert mask[0] == 0 and mask.count(1) >= 2 and mask[-1] == int(not one_call)
     assert all(lp == 0.0 for m, lp in zip(mask, trace["logprobs"]) if m == 0)
-    # The tiny random model garbles the rest: what it wrote comes back as text, no call is invented.
-    if msg.stop_reason != "tool_use":
-        assert msg.content[0].type == "text" and msg.content[0].text.startswith(prefix)
+
+
+def test_a_strict_tool_leaves_free_text_free(server: _Server) -> None:
+    """tool_choice auto with a strict tool: the reply is held by a grammar that only bites once a call
+    starts, so the tiny model's text (it never writes one) comes back as text, every token its choice."""
+    msg = _client(server.url, "msg-strict").messages.create(
+        model=MODEL, max_tokens=8, messages=QUESTION, tools=[STRICT_ADD]
+    )
+    assert msg.content[0].type == "text"
+    (trace,) = server.traces("msg-strict")
+    assert trace["completion_mask"] is not None and all(m == 1 for m in trace["completion_mask"])
 
 
 def test_top_k_and_count_tokens_need_an_upstream_that_has_them(server: _Server, tmp_path: Path) -> None:
@@ -253,7 +279,7 @@ _IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png
             "tools.0.type: only client tools",
         ),
         ({"tools": [{"name": "add"}]}, "tools.0.input_schema"),
-        ({"tools": [{**TOOLS[0], "strict": True}]}, "tools.0.strict"),
+        ({"tools": [{**TOOLS[0], "strict": "yes"}]}, "tools.0.strict"),
         ({"tools": [{"name": "bad name!", "input_schema": {}}]}, "tools[0].name"),
         ({"tool_choice": {"type": "any"}}, "needs tools"),
         ({"tools": TOOLS, "tool_choice": {"type": "tool", "name": "mul"}}, "not among the tools"),

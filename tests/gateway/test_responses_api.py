@@ -124,11 +124,8 @@ def test_default_and_session_urls_record_in_their_sessions(server: _Server) -> N
     ("body", "param", "match"),
     [
         ({"tools": [{"type": "web_search"}]}, "tools.0.type", "only function tools"),
-        (
-            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
-            "text.format",
-            "plain text",
-        ),
+        ({"text": {"format": {"type": "grammar"}}}, "text.format", "'json_object' or 'json_schema'"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema", "JSON schema"),
         ({"reasoning": {"effort": "high"}}, "reasoning", "reasoning"),
         ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
         ({"background": True}, "background", "background"),

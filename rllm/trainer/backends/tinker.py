@@ -422,7 +422,7 @@ class TinkerEngine(EngineBase):
     ) -> list[Completion]:
         if constraint is not None:
             raise ValueError(
-                "the tinker engine takes no token constraint (capabilities.constraints is false)"
+                "the tinker engine takes no grammar constraint (capabilities.constraints is false)"
             )
         self.check_adapter(adapter)
         if not prompt_ids:
