@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rllm.inference.base import Completion, InferenceEngine, SamplingParams
 from rllm.types import DEFAULT_ADAPTER, Step, Trajectory
+
+if TYPE_CHECKING:
+    from rllm.inference.grammar import Grammar
 
 
 class RolloutContext:
@@ -55,9 +58,12 @@ class RolloutContext:
         trajectory: str = "default",
         key: str | None = None,
         messages: list[dict] | None = None,
+        grammar: Grammar | None = None,
         **overrides: Any,
     ) -> Completion:
-        """Sample one continuation of ``prompt_ids`` and record it as a step."""
+        """Sample one continuation of ``prompt_ids`` and record it as a step. Under a ``grammar``
+        (:class:`~rllm.inference.grammar.Grammar`) the reply must match it; the tokens it forced (allowed one
+        token only) are recorded as not sampled (mask 0, logprob 0.0), as the gateway records them."""
         params = self.params(**overrides)
         if params.n != 1:
             raise ValueError("RolloutContext samples one completion per call; use group_size for n > 1")
@@ -67,6 +73,13 @@ class RolloutContext:
             route["session_id"] = self.episode_id
         if self.adapters is not None:  # only then: an engine without adapters takes no adapter= at all
             route["adapter"] = self.adapters.get(trajectory, DEFAULT_ADAPTER)
+        if grammar is not None:
+            if not self.engine.capabilities.constraints:
+                raise ValueError(
+                    f"the {self.engine.capabilities.name} engine cannot constrain its output to a grammar: "
+                    "use the local engine, or call without grammar="
+                )
+            route["constraint"] = grammar
         completion = (await self.engine.generate(prompt_ids, params, **route))[0]
         self.record(completion, trajectory=trajectory, key=key, messages=messages or [])
         return completion
@@ -102,10 +115,16 @@ class RolloutContext:
         key: str | None = None,
         messages: list[dict],
     ) -> Step:
+        forced = [n == 1 for n in completion.allowed_counts or ()]
         step = Step(
             prompt_ids=completion.prompt_ids,
             response_ids=completion.completion_ids,
-            logprobs=completion.logprobs,
+            logprobs=[0.0 if f else lp for f, lp in zip(forced, completion.logprobs)]
+            + completion.logprobs[len(forced) :],
+            response_mask=[0 if f else 1 for f in forced]
+            + [1] * (len(completion.completion_ids) - len(forced))
+            if any(forced)
+            else None,
             messages=list(messages),
             response_text=completion.text,
             finish_reason=completion.finish_reason,

@@ -156,6 +156,11 @@ class AgentTrainer:
         # algorithm.distill's teacher (None without one), checked against the student's tokenizer.
         self.teacher = build_teacher(cfg, self.engine.tokenizer, pad_id=self.engine.pad_id)
         caps = self.engine.capabilities
+        if getattr(self.workflow, "needs_constraints", False) and not caps.constraints:
+            raise UnsupportedConfigError(
+                f"workflow.name={cfg.workflow.name} holds replies to a grammar, which the {caps.name} engine "
+                "cannot do: use the local engine, or turn the grammar off (workflow.constrain_final=false)"
+            )
         if cfg.rollout.max_staleness and caps.keeps_versions:
             # A vLLM pool keeps the adapters of the versions that calls in flight may still be sampling from.
             self.engine.keep_versions = cfg.rollout.max_staleness + 1

@@ -580,6 +580,11 @@ class CoordinatorConfig(WorkflowConfig):
         "worker's answer passed on (a worker's mistake stays the worker's); final = the final answer's "
         "score against the truth (every worker's mistake lowers it too).",
     )
+    constrain_final: bool = Field(
+        True,
+        description="coordinator: hold its final answer to one number per part separated by ', ' "
+        "(grammar-constrained decoding; needs an engine with constraints, e.g. the local engine).",
+    )
 
     @field_validator("workers")
     @classmethod

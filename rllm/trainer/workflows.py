@@ -103,6 +103,7 @@ def build_coordinator(cfg: TrainConfig, scoring: dict[str, Any]) -> CoordinatorW
         w.workers,
         exploration=w.exploration,
         coordinator_reward=w.coordinator_reward,
+        constrain_final=w.constrain_final,
         seed=cfg.trainer.seed,
         **scoring,
     )

@@ -19,6 +19,10 @@ What code does and what the model does:
 - **Final answer (model, coordinator role).** The coordinator reads every part's question with its worker's
   reply and writes the final answer, the parts' answers in order ("82, 7, 3"): it extracts each number
   from a worker's wording, orders them, and may overrule a worker it believes wrong.
+  With ``constrain_final`` (the default) its reply is held by a grammar to the answer's shape, exactly one
+  number per part separated by ", " (``final_grammar``, llguidance through the engine's constrained
+  decoding): which numbers, from which wording, in what order is still the model's choice; the separators
+  and the end, which the grammar leaves no choice in, are recorded as forced (mask 0).
 
 Credit by contribution: a worker trajectory's reward is its own part's score (``number`` reward). The
 coordinator's depends on ``coordinator_reward``:
@@ -48,6 +52,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rllm.data.builtin import GENERATORS, is_held_out
+from rllm.inference.grammar import Grammar
 from rllm.rewards.basic import extract_last_number, number_list, number_list_reward, number_reward
 from rllm.runner.context import RolloutContext
 from rllm.types import Outcome
@@ -103,6 +108,13 @@ def coordinator_messages(parts: list[dict[str, Any]], replies: list[str]) -> lis
     ]
 
 
+def final_grammar(n_parts: int) -> str:
+    """The final answer's shape as a Lark grammar: ``n_parts`` integers (at most 12 digits each) separated
+    by ", ", nothing else."""
+    numbers = ' ", " '.join(["NUMBER"] * n_parts)
+    return f"start: {numbers}\nNUMBER: /-?[0-9]{{1,12}}/\n"
+
+
 def _same_number(a: str | None, b: str | None) -> bool:
     try:
         return a is not None and b is not None and float(a) == float(b)
@@ -135,6 +147,7 @@ class CoordinatorWorkflow:
         part_reward_fn: RewardFn = number_reward,
         exploration: float = 1.0,
         coordinator_reward: str = "contribution",
+        constrain_final: bool = True,
         seed: int = 0,
         instruction: str | None = None,
     ) -> None:
@@ -154,6 +167,10 @@ class CoordinatorWorkflow:
                 f"coordinator_reward {coordinator_reward!r}: choose one of {', '.join(COORDINATOR_REWARDS)}"
             )
         self.coordinator_reward = coordinator_reward
+        self.constrain_final = constrain_final
+        # The trainer refuses an engine without constrained decoding at start-up when this is set.
+        self.needs_constraints = constrain_final
+        self._grammars: dict[tuple[int, int], Grammar] = {}
         self.workers = dict(workers)
         self.reward_fn = reward_fn
         self.part_reward_fn = part_reward_fn
@@ -162,6 +179,12 @@ class CoordinatorWorkflow:
         # The dataset's answer instruction is the final answer's format, which the coordinator's prompt
         # already states; accepted so the trainer's scoring arguments fit every workflow.
         del instruction
+
+    def _final_grammar(self, tokenizer: Any, n_parts: int) -> Grammar:
+        key = (id(tokenizer), n_parts)
+        if key not in self._grammars:
+            self._grammars[key] = Grammar(final_grammar(n_parts), tokenizer)
+        return self._grammars[key]
 
     def state_dict(self) -> dict[str, Any]:
         """The capability table, which the trainer saves in each checkpoint and restores on resume."""
@@ -202,7 +225,10 @@ class CoordinatorWorkflow:
         if explore:
             for part, role, (_, scored) in zip(parts, roles, done, strict=True):
                 self.table.record(role, part["kind"], scored.reward)
-        verdict = await ctx.chat(coordinator_messages(parts, replies), trajectory=COORDINATOR)
+        grammar = self._final_grammar(ctx.engine.tokenizer, len(parts)) if self.constrain_final else None
+        verdict = await ctx.chat(
+            coordinator_messages(parts, replies), trajectory=COORDINATOR, grammar=grammar
+        )
         final = await score(self.reward_fn, task, verdict.text)
 
         rewards: dict[str, float] = {

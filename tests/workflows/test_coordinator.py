@@ -3,6 +3,7 @@ per-role credit on a hand-made episode, and the workflow's config options."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -14,9 +15,11 @@ from rllm.algorithms.transforms import group_episodes
 from rllm.data.builtin import Problem, is_held_out
 from rllm.data.generated import MULTI_PART
 from rllm.data.multi_part import PART_KINDS, multi_part_tasks
-from rllm.inference.base import SamplingParams
+from rllm.inference.base import EngineCapabilities, SamplingParams
+from rllm.inference.grammar import Grammar
 from rllm.inference.local import LocalEngine
-from rllm.rewards.basic import number_list_reward
+from rllm.rewards.basic import number_list, number_list_reward
+from rllm.runner.context import RolloutContext
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state
 from rllm.trainer.config import workflow_config
@@ -256,3 +259,40 @@ def test_the_capability_table_is_checkpointed_and_restored_on_resume(tiny_model_
     resumed.train_step = train_step
     resumed.train()
     assert restored == [saved]
+
+
+def test_the_final_answer_grammar_gives_one_number_per_part(engine: LocalEngine) -> None:
+    # The tiny random model at T = 1 never lists numbers by itself; held to the grammar it always does.
+    tasks = multi_part_tasks("train", 4, seed=1)
+    params = SamplingParams(temperature=1.0, max_tokens=48, seed=0)
+    episodes = run_episodes(engine, CoordinatorWorkflow(WORKERS), tasks, params, group_size=3)
+    for ep in episodes:
+        final, n = ep.info["final"], len(ep.info["assigned"])
+        assert re.fullmatch(r"-?\d{1,12}(, -?\d{1,12})*", final), final
+        assert len(number_list(final)) == n
+        (step,) = ep.trajectories[-1].steps
+        # Where the grammar left no choice (a separator's space, the end), the token is not the model's.
+        forced = [i for i, m in enumerate(step.response_mask) if m == 0]
+        assert all(step.logprobs[i] == 0.0 for i in forced)
+    off = run_episodes(engine, CoordinatorWorkflow(WORKERS, constrain_final=False), tasks[:2], params)
+    assert not any(re.fullmatch(r"-?\d+(, -?\d+)*", ep.info["final"]) for ep in off)
+
+
+def test_a_grammar_in_the_rollout_context_records_forced_tokens_as_not_sampled(engine: LocalEngine) -> None:
+    grammar = Grammar('start: "The answer is " NUMBER\nNUMBER: /[0-9]{1,3}/\n', engine.tokenizer)
+    ctx = RolloutContext(
+        engine, SamplingParams(temperature=1.0, max_tokens=16, seed=3), episode_id="e", task_id="t"
+    )
+    reply = asyncio.run(ctx.complete([1, 2, 3], trajectory="solver", grammar=grammar))
+    assert re.fullmatch(r"The answer is \d{1,3}", reply.text)
+    (step,) = ctx.trajectory("solver").steps
+    prefix = len(engine.tokenizer("The answer is ", add_special_tokens=False)["input_ids"])
+    assert step.response_mask[:prefix] == [0] * prefix and step.logprobs[:prefix] == [0.0] * prefix
+    assert step.response_mask[prefix] == 1 and step.logprobs[prefix] < 0  # the first digit is chosen
+
+    class NoConstraints(ScriptedEngine):
+        capabilities = EngineCapabilities(name="fake-free", weight_transfer="tensors")
+
+    ctx = RolloutContext(NoConstraints(engine, str), SamplingParams(), episode_id="e", task_id="t")
+    with pytest.raises(ValueError, match="fake-free engine cannot constrain its output"):
+        asyncio.run(ctx.complete([1, 2], grammar=grammar))

@@ -32,12 +32,18 @@ class ScriptedEngine(EngineBase):
         self.weight_version = 0
         self.prompts: list[str] = []
 
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
     def apply_chat_template(
         self, messages: list[dict[str, Any]], tools: list[dict] | None = None
     ) -> list[int]:
         return self.engine.apply_chat_template(messages, tools=tools)
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, constraint: Any = None
+    ) -> list[Completion]:
         tok = self.engine.tokenizer
         prompt = tok.decode(prompt_ids)
         self.prompts.append(prompt)
@@ -54,8 +60,21 @@ class ScriptedEngine(EngineBase):
                 logprobs=lps,
                 text=reply,
                 finish_reason="stop",
+                allowed_counts=_grammar_counts(constraint, ids, len(tok)),
             )
         ]
+
+
+def _grammar_counts(grammar: Any, ids: list[int], vocab_size: int) -> list[int] | None:
+    """A scripted reply run through the (real) grammar the workflow asked for, token by token: it must
+    accept every token; the per-token counts the local engine would record (None without a grammar)."""
+    if grammar is None:
+        return None
+    matcher = grammar.start()
+    for t in ids:
+        assert matcher.allowed(vocab_size)[t], f"the grammar refuses token {t} of the scripted reply"
+        matcher.advance(t)
+    return matcher.allowed_counts
 
 
 def nth_reply(replies: list[str]) -> Callable[[str], str]:
