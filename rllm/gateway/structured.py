@@ -14,7 +14,10 @@ strict tool calls, as llguidance Lark text (:mod:`rllm.inference.grammar` sample
   schema (a lazy, triggered sub-grammar: llguidance's ``StructTag``). Other tools' arguments are then any
   JSON object.
 
-JSON is laid out as ``json.dumps`` writes it (``", "`` and ``": "``, no other whitespace).
+JSON is laid out as ``json.dumps`` writes it (``", "`` and ``": "``, no other whitespace). An object schema
+that names its ``properties`` and leaves ``additionalProperties`` unset is held closed (``closed_schema``:
+only the named keys), as OpenAI's strict mode requires it be written: open, a sampling model may wander
+into keys no tool takes (a random model does, in one reply of a few), each a free string.
 Bad input (an unknown ``response_format`` type, a schema llguidance cannot compile, ``response_format``
 with a forced tool call) is a 400 naming what to fix.
 """
@@ -54,7 +57,7 @@ def response_schema(response_format: Any) -> dict[str, Any] | None:
                 "response_format.json_schema.schema: send the JSON schema the reply must match, as "
                 '{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}'
             )
-        return schema
+        return closed_schema(schema)
     raise StructureError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
 
 
@@ -105,6 +108,31 @@ def output_grammar(
     return None
 
 
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+
+
+def closed_schema(schema: Any) -> Any:
+    """``schema`` with every object schema that names ``properties`` and leaves ``additionalProperties``
+    unset closed (``additionalProperties: false``), at any depth; an explicit ``additionalProperties`` is
+    kept as written."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed_schema(sub) for name, sub in out[key].items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed_schema(sub) for sub in out[key]]
+    for key in ("items", "additionalProperties", "not", "if", "then", "else"):
+        if isinstance(out.get(key), dict):
+            out[key] = closed_schema(out[key])
+    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def _lark(rules: str) -> str:
     return "%llguidance {}\n" + rules + "\n"
 
@@ -114,7 +142,7 @@ def _schema(function: dict[str, Any], *, strict: bool) -> dict[str, Any]:
     when the tool is strict, else any JSON object; with the canonical layout."""
     parameters = function.get("parameters")
     schema = parameters if (strict or function.get("strict")) and isinstance(parameters, dict) else ANY_OBJECT
-    return {**schema, "x-guidance": JSON_LAYOUT}
+    return {**closed_schema(schema), "x-guidance": JSON_LAYOUT}
 
 
 def _checked(schema: dict[str, Any], where: str) -> dict[str, Any]:

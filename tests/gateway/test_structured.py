@@ -16,7 +16,7 @@ from gateway_support import GatewayFixture as _Server
 from rllm.gateway.app import create_app
 from rllm.gateway.http_upstream import HTTPUpstream
 from rllm.gateway.server import GatewayServer
-from rllm.gateway.structured import output_grammar
+from rllm.gateway.structured import closed_schema, output_grammar
 from rllm.gateway.traces import TraceStore
 from rllm.gateway.upstreams import UpstreamRequest
 from rllm.inference.base import EngineCapabilities, SamplingParams
@@ -249,3 +249,23 @@ def test_an_engine_that_cannot_constrain_refuses_with_a_400(tiny_engine: Any, tm
             client.chat.completions.create(model=MODEL, messages=ASK, tools=[ADD], max_tokens=4)
         reply = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4)
         assert reply.choices[0].message.content == "hi"
+
+
+def test_an_object_schema_that_leaves_additional_properties_unset_is_held_closed(server: _Server) -> None:
+    open_point = {k: v for k, v in POINT.items() if k != "additionalProperties"}
+    nested = {"type": "object", "properties": {"p": open_point, "ps": {"type": "array", "items": open_point}}}
+    closed = closed_schema(nested)
+    assert closed["additionalProperties"] is False
+    assert closed["properties"]["p"]["additionalProperties"] is False
+    assert closed["properties"]["ps"]["items"]["additionalProperties"] is False
+    assert closed_schema({**open_point, "additionalProperties": True})["additionalProperties"] is True
+    assert "additionalProperties" not in closed_schema({"type": "object"})  # json_object: any object
+    # Sampled at T=1 by the random model: only the named keys, every time (open, it strays into others).
+    fmt = {"type": "json_schema", "json_schema": {"name": "point", "schema": open_point}}
+    resp = server.client("rf-open").chat.completions.create(
+        model=MODEL, messages=ASK, response_format=fmt, temperature=1.0, n=20, seed=5, max_tokens=40
+    )
+    assert (
+        sum(c.finish_reason == "stop" and _is_point(json.loads(c.message.content)) for c in resp.choices)
+        == 20
+    )
