@@ -19,7 +19,7 @@ Each token records how many tokens the grammar allowed at its position (``Comple
 0.0), more means the model chose. **The logprob recorded for a constrained token that was sampled is the
 unrestricted one**, under ``log_softmax(logits / temperature)`` over the full vocabulary, as for top-k /
 top-p: the distribution the trainer recomputes from the same logits, never the one renormalised over the
-allowed tokens (``tests/inference/test_grammar.py`` checks the parity with a plain forward pass).
+allowed tokens (``tests/test_grammar.py`` checks the parity with a plain forward pass).
 
 The tokenizer wrapper llguidance needs is built once per tokenizer (it takes a fraction of a second) and
 shared by every grammar of that tokenizer.
