@@ -289,17 +289,18 @@ class LocalEngine(EngineBase):
         steps and letting finished rows leave, until no row is left or a weight swap pauses the batch."""
         with self._weights_lock:
             t0 = time.perf_counter()
-            self.stats["batches"] += 1
-            batch: DecodeBatch | None = None
             try:
-                while (batch := self._admit(batch)) is not None:
+                batch = self._admit(None)
+                while batch is not None:
                     try:
                         batch = self._decode_step(batch)
                     except Exception as exc:  # a failed step fails its batch's requests, never the engine
                         logger.exception("decode step failed")
                         for r in batch.rows:
                             _resolve(r, exc)
-                        batch = None
+                        return
+                    if batch is not None:  # an empty batch ends here: the next waits for arrivals first
+                        batch = self._admit(batch)
             finally:
                 self.stats["decode_s"] += time.perf_counter() - t0
 
@@ -327,6 +328,7 @@ class LocalEngine(EngineBase):
                 _resolve(r, exc)
             return batch
         if batch is None:
+            self.stats["batches"] += 1
             return joined
         batch.merge(joined)
         self.stats["joins"] += 1
