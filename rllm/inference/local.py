@@ -294,13 +294,13 @@ class LocalEngine(EngineBase):
                 while batch is not None:
                     try:
                         batch = self._decode_step(batch)
+                        if batch is not None:  # an empty batch ends here: the next waits for arrivals first
+                            batch = self._admit(batch)
                     except Exception as exc:  # a failed step fails its batch's requests, never the engine
                         logger.exception("decode step failed")
                         for r in batch.rows:
                             _resolve(r, exc)
                         return
-                    if batch is not None:  # an empty batch ends here: the next waits for arrivals first
-                        batch = self._admit(batch)
             finally:
                 self.stats["decode_s"] += time.perf_counter() - t0
 
@@ -330,7 +330,12 @@ class LocalEngine(EngineBase):
         if batch is None:
             self.stats["batches"] += 1
             return joined
-        batch.merge(joined)
+        try:
+            batch.merge(joined)
+        except Exception as exc:  # the newcomers fail with the batch (the caller fails its rows)
+            for r in newcomers:
+                _resolve(r, exc)
+            raise
         self.stats["joins"] += 1
         self.stats["joined_rows"] += len(newcomers)
         return batch
