@@ -18,6 +18,14 @@ every row, and rows can be added or removed between steps:
 Between steps (the state these methods take and leave) the cache holds every token of every row but the
 one about to be sampled, ``attn_BT`` is as wide as the cache, and ``logits_BV`` holds each row's logits for
 its next token.
+
+Why a growing ``DynamicCache`` and not a preallocated (static) one: on CPU the per-step ``torch.cat`` it
+costs is small next to the forward pass. Measured 2026-12-03 on the shared 2-core EPYC VM (loaded, so
+relative numbers only): the 60 key/value concatenations of a SmolLM2-135M step at 32 rows take 2-4 ms at
+64-128 cached tokens (1 thread), a few percent of a step; and transformers' ``StaticCache`` decoded no
+faster end to end (8 rows, 48 steps, 1 thread: 160-188 ms per step against 152-155 ms), since its
+attention spans the whole preallocated length every step. A static cache would also make joins harder
+(rows written in place into free slots), so it is not used.
 """
 
 from __future__ import annotations
