@@ -110,10 +110,8 @@ class LocalEngine(EngineBase):
         self._swap = threading.Event()  # set while load_weights waits: the running batch pauses
         # batches: continuous batches started (one lasts while rows keep it busy); joins: times rows joined a
         # running batch between decode steps (joined_rows of them); rows: rows prefilled (again on resume).
-        self.stats = dict.fromkeys(
-            ("batches", "joins", "joined_rows", "rows", "decode_steps", "generated_tokens"), 0
-        )
-        self.stats["decode_s"] = 0.0
+        counts = ("batches", "joins", "joined_rows", "rows", "decode_steps", "generated_tokens")
+        self.stats: dict[str, float] = {**dict.fromkeys(counts, 0), "decode_s": 0.0}
         self._adapters: AdapterSet | None = None  # set by the first load_adapters
         self._merged_loaded = False  # load_weights was called: adapters are refused from then on
         self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
