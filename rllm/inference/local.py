@@ -1,10 +1,12 @@
 """The local inference engine: batched sampling from a Hugging Face causal LM with a KV cache.
 
 Concurrent ``generate`` calls (hundreds of in-flight episodes, from any event loop) are queued and one
-decode thread runs them together: every pending row joins the next batch, the batch is prefilled once
-(left-padded), then decoded step by step with a shared KV cache; rows that finish are pruned from the
-cache so the batch shrinks instead of computing padding. Requests that arrive while a batch runs join the
-next one.
+decode thread runs them with **continuous batching**: rows join the running batch between decode steps
+(the newcomers are prefilled as a batch of their own, then their KV cache is merged into the running one)
+and leave it the step they finish (eos, stop, ``max_tokens``, or their caller cancelled), their caller
+woken at once, so the batch stays full without waiting for its slowest row. Rows of different lengths
+share the batch left-padded, with per-row position ids; :mod:`rllm.inference.decode_batch` holds the batch
+and its cache layout. At most ``max_batch_rows`` rows decode together; the rest wait for a free place.
 
 Decoding is interruptible: :meth:`LocalEngine.load_weights` asks the running batch to pause, the decode
 thread puts its unfinished rows back at the head of the queue (their tokens so far kept), the weights are
@@ -45,52 +47,13 @@ from rllm.inference.base import (
     SamplingParams,
     WeightSyncError,
 )
+from rllm.inference.decode_batch import DecodeBatch, left_pad
+from rllm.inference.devices import pick_device, pick_dtype
 from rllm.inference.grammar import Grammar, GrammarMatcher
 from rllm.inference.multi_lora import AdapterSet, AdapterTensors
 from rllm.inference.sampling import sample_tokens
 
 logger = logging.getLogger(__name__)
-
-
-def pick_device(device: str = "auto") -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` is bf16 where the hardware runs it natively (CUDA with bf16, CPUs with AVX512-BF16/AMX),
-    else float32."""
-    if dtype == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
-    try:
-        return {
-            "bfloat16": torch.bfloat16,
-            "bf16": torch.bfloat16,
-            "float16": torch.float16,
-            "fp16": torch.float16,
-            "float32": torch.float32,
-            "fp32": torch.float32,
-        }[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}: use auto, bfloat16, float16 or float32") from None
-
-
-def left_pad(
-    rows: list[list[int]] | list[tuple[int, ...]], pad_id: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-pad token rows into ``(input_ids, attention_mask, position_ids)``, each ``[B, max_len]``, with
-    positions counting from 0 at each row's first real token (the layout a KV-cache prefill needs)."""
-    max_len = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), max_len), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(rows), max_len), dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, max_len - len(r) :] = torch.tensor(r, dtype=torch.long)
-        attn[i, max_len - len(r) :] = 1
-    input_ids, attn = input_ids.to(device), attn.to(device)
-    return input_ids, attn, (attn.cumsum(-1) - 1).clamp(min=0)
 
 
 @dataclass
@@ -145,7 +108,10 @@ class LocalEngine(EngineBase):
         self._thread: threading.Thread | None = None
         self._weights_lock = threading.Lock()
         self._swap = threading.Event()  # set while load_weights waits: the running batch pauses
-        self.stats = {"batches": 0, "rows": 0, "generated_tokens": 0, "decode_s": 0.0}
+        # batches: continuous batches started (one lasts while rows keep it busy); joins: times rows joined a
+        # running batch between decode steps (joined_rows of them); rows: rows prefilled (again on resume).
+        counts = ("batches", "joins", "joined_rows", "rows", "decode_steps", "generated_tokens")
+        self.stats: dict[str, float] = {**dict.fromkeys(counts, 0), "decode_s": 0.0}
         self._adapters: AdapterSet | None = None  # set by the first load_adapters
         self._merged_loaded = False  # load_weights was called: adapters are refused from then on
         self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
@@ -289,80 +255,100 @@ class LocalEngine(EngineBase):
             self._cond.notify()
 
     def _worker_main(self) -> None:
-        """The decode thread: takes pending rows in batches, decodes them, and resolves each row's future on
-        the event loop that awaits it. A thread, not an asyncio task, so callers on several loops (the
-        trainer's per-step loops, an embedded gateway's thread) share one engine; it exits after 5 s idle."""
+        """The decode thread: runs a continuous batch whenever rows are pending, and resolves each row's future
+        on the event loop that awaits it as soon as the row finishes. A thread, not an asyncio task, so
+        callers on several loops (the trainer's per-step loops, an embedded gateway's thread) share one
+        engine; it exits after 5 s idle."""
         while True:
             with self._cond:
                 while not self._pending:
                     if not self._cond.wait(timeout=5.0) and not self._pending:
                         self._thread = None  # under the lock: a caller that appends now starts a new thread
                         return
-            # Rows submitted together (an asyncio.gather of episodes, or HTTP calls a few ms apart) arrive
-            # over a short while: wait until none has arrived for a window, so they share one batch.
-            window = max(self.batch_wait_s, 0.0005)
-            for _ in range(20):  # at most 20 windows, so a steady trickle cannot starve the batch
-                seen = len(self._pending)
-                if seen >= self.max_batch_rows:
-                    break
-                time.sleep(window)
-                if len(self._pending) == seen:
-                    break
+            self._wait_for_arrivals()
             while self._swap.is_set():  # a weight swap is waiting for the lock: let it have it first
                 time.sleep(0.001)
-            batch = self._take_batch()
-            if batch:
-                self._run_and_resolve(batch)
+            self._run_batch()
 
-    def _run_and_resolve(self, batch: list[_Row]) -> None:
-        """Decode ``batch`` and resolve its finished rows; rows a weight sync paused go back to the head of the
-        queue, first in line for the next batch (under the new weights)."""
-        try:
-            self._run_batch(batch)
-        except Exception as exc:  # a failed batch fails its requests, never the engine
-            logger.exception("generation batch failed")
-            for r in batch:
-                _resolve(r, exc)
-            return
-        paused = [r for r in batch if r.finish_reason is None]
-        if paused:
-            with self._cond:
-                self._pending[:0] = paused
-        for r in batch:
-            if r.finish_reason is not None:
-                _resolve(r, None)
+    def _wait_for_arrivals(self) -> None:
+        """Rows submitted together (an asyncio.gather of episodes, or HTTP calls a few ms apart) arrive over a
+        short while: before a batch starts, wait until none has arrived for a window, so they share its
+        prefill (rows that come later join the running batch between decode steps)."""
+        window = max(self.batch_wait_s, 0.0005)
+        for _ in range(20):  # at most 20 windows, so a steady trickle cannot hold the batch back
+            seen = len(self._pending)
+            if seen >= self.max_batch_rows:
+                return
+            time.sleep(window)
+            if len(self._pending) == seen:
+                return
 
-    def _take_batch(self) -> list[_Row]:
+    @torch.inference_mode()
+    def _run_batch(self) -> None:
+        """One continuous batch: admit the pending rows, then decode step by step, admitting newcomers between
+        steps and letting finished rows leave, until no row is left or a weight swap pauses the batch."""
+        with self._weights_lock:
+            t0 = time.perf_counter()
+            try:
+                batch = self._admit(None)
+                while batch is not None:
+                    try:
+                        batch = self._decode_step(batch)
+                        if batch is not None:  # an empty batch ends here: the next waits for arrivals first
+                            batch = self._admit(batch)
+                    except Exception as exc:  # a failed step fails its batch's requests, never the engine
+                        logger.exception("decode step failed")
+                        for r in batch.rows:
+                            _resolve(r, exc)
+                        return
+            finally:
+                self.stats["decode_s"] += time.perf_counter() - t0
+
+    def _take_pending(self, room: int) -> list[_Row]:
         with self._cond:
             # A request cancelled while it waited (its episode timed out) is not worth decoding.
             self._pending = [r for r in self._pending if not r.done.done()]
-            batch = self._pending[: self.max_batch_rows]
-            self._pending = self._pending[self.max_batch_rows :]
+            taken = self._pending[:room]
+            self._pending = self._pending[room:]
+        return taken
+
+    def _admit(self, batch: DecodeBatch | None) -> DecodeBatch | None:
+        """Prefill the pending rows that fit (``max_batch_rows``) and merge them into the running ``batch``
+        (or start one with them). Admits nothing while a weight swap waits: the batch is about to pause."""
+        if self._swap.is_set():
+            return batch
+        newcomers = self._take_pending(self.max_batch_rows - (len(batch) if batch is not None else 0))
+        if not newcomers:
+            return batch
+        try:
+            joined = self._prefill(newcomers)
+        except Exception as exc:  # a failed prefill fails its own rows; the running batch goes on
+            logger.exception("prefill failed")
+            for r in newcomers:
+                _resolve(r, exc)
+            return batch
+        if batch is None:
+            self.stats["batches"] += 1
+            return joined
+        try:
+            batch.merge(joined)
+        except Exception as exc:  # the newcomers fail with the batch (the caller fails its rows)
+            for r in newcomers:
+                _resolve(r, exc)
+            raise
+        self.stats["joins"] += 1
+        self.stats["joined_rows"] += len(newcomers)
         return batch
 
-    @torch.inference_mode()
-    def _run_batch(self, rows: list[_Row]) -> None:
-        with self._weights_lock:
-            for r in rows:
-                if r.weight_version < 0:
-                    r.weight_version = self.weight_version
-                r.last_weight_version = self.weight_version
-            t0 = time.perf_counter()
-            self._decode(rows)
-            self.stats["decode_s"] += time.perf_counter() - t0
-            self.stats["batches"] += 1
-            self.stats["rows"] += len(rows)
-
-    def _decode(self, rows: list[_Row]) -> None:
-        """Decode ``rows`` until each finishes, or until a weight swap asks the batch to pause (the rows left
-        unfinished keep their tokens and have ``finish_reason`` None). A row that resumes after a pause is
-        prefilled with its prompt and the tokens it already has."""
+    def _prefill(self, rows: list[_Row]) -> DecodeBatch:
+        """Run ``rows`` (prompt plus any tokens sampled before a pause) through the model as a batch of their
+        own, left-padded; returns them as a :class:`DecodeBatch` ready to sample their next token."""
+        for r in rows:
+            if r.weight_version < 0:
+                r.weight_version = self.weight_version
+            r.last_weight_version = self.weight_version
         dev = self.device
         input_ids, attn, position_ids = left_pad([r.prompt_ids + r.out_ids for r in rows], self.pad_id, dev)
-        temperature = torch.tensor([r.params.temperature for r in rows], device=dev)
-        top_k = torch.tensor([r.params.top_k for r in rows], device=dev)
-        top_p = torch.tensor([r.params.top_p for r in rows], device=dev)
-        active = list(range(len(rows)))  # row index for each batch position
         # Each row's adapter slot (0: none). Rows only ever read their own KV-cache row, so rows of
         # different adapters share a batch but no state.
         slots = self._adapter_rows(rows)
@@ -375,65 +361,91 @@ class LocalEngine(EngineBase):
             use_cache=True,
             logits_to_keep=1,
         )
-        logits = out.logits[:, -1, :]
-        next_pos = position_ids[:, -1:] + 1
-        eos = set(self.eos_ids)
-        while active:
-            tokens, logprobs = sample_tokens(
-                logits,
-                temperature,
-                top_k,
-                top_p,
-                [rows[i].generator for i in active],
-                self._allowed([rows[i] for i in active], logits.shape[-1]),
-            )
-            tok_list, lp_list = tokens.tolist(), logprobs.tolist()
-            keep: list[int] = []
-            for pos, i in enumerate(active):
-                r = rows[i]
-                r.out_ids.append(tok_list[pos])
-                r.out_logprobs.append(lp_list[pos])
-                tok = tok_list[pos]
-                if (
-                    self._advance(r, tok)
-                    or tok in eos
-                    and not r.params.ignore_eos
-                    or tok in r.params.stop_token_ids
-                    or r.params.stop
-                    and self._hit_stop(r)
-                ):
-                    r.finish_reason = "stop"
-                elif len(r.out_ids) >= r.params.max_tokens:
-                    r.finish_reason = "length"
-                else:
-                    keep.append(pos)
-            self.stats["generated_tokens"] += len(active)
-            if not keep:
-                break
-            if self._swap.is_set():  # checked after a token, so every batch makes progress
-                for pos in keep:
-                    rows[active[pos]].pauses += 1
-                break
-            if len(keep) < len(active):
-                idx = torch.tensor(keep, device=dev)
-                cache.batch_select_indices(idx)
-                attn, next_pos, tokens = attn[idx], next_pos[idx], tokens[idx]
-                temperature, top_k, top_p = temperature[idx], top_k[idx], top_p[idx]
-                active = [active[p] for p in keep]
-                slots = self._adapter_rows(slots=slots[idx])
-            attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
-            out = self.model(
-                input_ids=tokens.unsqueeze(1),
-                attention_mask=attn,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :]
-            next_pos = next_pos + 1
+        self.stats["rows"] += len(rows)
+        return DecodeBatch(
+            rows=rows,
+            cache=cache,
+            attn_BT=attn,
+            next_pos_B1=position_ids[:, -1:] + 1,
+            logits_BV=out.logits[:, -1, :],
+            temperature_B=torch.tensor([r.params.temperature for r in rows], device=dev),
+            top_k_B=torch.tensor([r.params.top_k for r in rows], device=dev),
+            top_p_B=torch.tensor([r.params.top_p for r in rows], device=dev),
+            slots_B=slots,
+        )
+
+    def _decode_step(self, batch: DecodeBatch) -> DecodeBatch | None:
+        """Sample one token for every row of ``batch``, resolve the rows that finished, and run the forward pass
+        that gives the others their next logits. Returns the batch, or None once it has no row left or a
+        weight swap paused it (its unfinished rows, tokens kept, go back to the head of the queue)."""
+        tokens_B, logprobs_B = sample_tokens(
+            batch.logits_BV,
+            batch.temperature_B,
+            batch.top_k_B,
+            batch.top_p_B,
+            [r.generator for r in batch.rows],
+            self._allowed(batch.rows, batch.logits_BV.shape[-1]),
+        )
+        keep: list[int] = []
+        for pos, (r, tok, lp) in enumerate(zip(batch.rows, tokens_B.tolist(), logprobs_B.tolist())):
+            if self._append_token(r, tok, lp):
+                _resolve(r, None)
+            elif not r.done.done():  # a row whose caller gave up (cancelled) leaves the batch
+                keep.append(pos)
+        self.stats["generated_tokens"] += len(batch)
+        if not keep:
+            return None
+        if self._swap.is_set():  # checked after a token, so every batch makes progress
+            self._pause([batch.rows[pos] for pos in keep])
+            return None
+        batch.select(keep)
+        self._forward(batch, tokens_B[keep])
+        return batch
+
+    def _append_token(self, r: _Row, tok: int, logprob: float) -> bool:
+        """The one place a sampled token joins its row: append it and its logprob, and say whether the row is
+        now finished (eos, a stop token or string, or ``max_tokens``; ``finish_reason`` and ``text`` set)."""
+        r.out_ids.append(tok)
+        r.out_logprobs.append(logprob)
+        if (
+            self._advance(r, tok)
+            or tok in self.eos_ids
+            and not r.params.ignore_eos
+            or tok in r.params.stop_token_ids
+            or r.params.stop
+            and self._hit_stop(r)
+        ):
+            r.finish_reason = "stop"
+        elif len(r.out_ids) >= r.params.max_tokens:
+            r.finish_reason = "length"
+        else:
+            return False
+        if r.text is None:
+            r.text = self.tokenizer.decode(r.out_ids, skip_special_tokens=True)
+        return True
+
+    def _forward(self, batch: DecodeBatch, tokens_B: torch.Tensor) -> None:
+        """One decode step: feed each row its latest token, growing the cache by one column."""
+        batch.attn_BT = torch.cat([batch.attn_BT, batch.attn_BT.new_ones((len(batch), 1))], dim=1)
+        self._adapter_rows(slots=batch.slots_B)
+        out = self.model(
+            input_ids=tokens_B.unsqueeze(1),
+            attention_mask=batch.attn_BT,
+            position_ids=batch.next_pos_B1,
+            past_key_values=batch.cache,
+            use_cache=True,
+        )
+        batch.logits_BV = out.logits[:, -1, :]
+        batch.next_pos_B1 = batch.next_pos_B1 + 1
+        self.stats["decode_steps"] += 1
+
+    def _pause(self, rows: list[_Row]) -> None:
+        """Put rows a weight swap interrupted back at the head of the queue, first in line for the next batch
+        (under the new weights), their tokens so far kept."""
         for r in rows:
-            if r.text is None and r.finish_reason is not None:
-                r.text = self.tokenizer.decode(r.out_ids, skip_special_tokens=True)
+            r.pauses += 1
+        with self._cond:
+            self._pending[:0] = rows
 
     def _adapter_rows(
         self, rows: list[_Row] | None = None, *, slots: torch.Tensor | None = None
