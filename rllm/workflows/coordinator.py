@@ -40,6 +40,7 @@ group (``algorithm.advantage`` per role works).
 
 Metrics: ``coordinator/accuracy`` (the final answer is right), ``coordinator/faithful`` (it lists exactly the
 workers' answers, in order), ``parts/accuracy`` and ``parts/<kind>/accuracy`` (the workers' answers),
+``parts/all_correct`` (every part right: the system's accuracy with a faithful coordinator),
 ``<role>/accuracy`` (over the parts that role answered in the episode), and the table:
 ``coordinator/capability/<role>/<kind>`` (running success rate), ``coordinator/assigned/<role>/<kind>``.
 """
@@ -245,6 +246,8 @@ class CoordinatorWorkflow:
             "coordinator/accuracy": float(bool(final.is_correct)),
             "coordinator/faithful": float(number_list(verdict.text) == worker_numbers),
             "parts/accuracy": sum(part_correct) / len(part_correct),
+            # What the final answer would score if the coordinator passed every worker's answer on faithfully.
+            "parts/all_correct": float(all(part_correct)),
         }
         for part, ok in zip(parts, part_correct, strict=True):
             metrics[f"parts/{part['kind']}/accuracy"] = float(ok)

@@ -148,6 +148,7 @@ def test_each_role_is_credited_with_its_own_contribution(engine: LocalEngine) ->
     assert (first.reward, first.is_correct, second.reward, second.is_correct) == (0.5, False, 1.0, True)
     assert first.metrics["worker_a/accuracy"] == 0.5 and second.metrics["worker_b/accuracy"] == 1.0
     assert first.metrics["parts/add/accuracy"] == 0.0 and second.metrics["parts/add/accuracy"] == 1.0
+    assert first.metrics["parts/all_correct"] == 0.0 and second.metrics["parts/all_correct"] == 1.0
     assert first.metrics["coordinator/faithful"] == 1.0 and second.metrics["coordinator/faithful"] == 1.0
     worker_b_prompt = second.trajectories[1].steps[0].messages
     assert worker_b_prompt[0]["role"] == "system" and len(worker_b_prompt) == 4  # system, example, question
