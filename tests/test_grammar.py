@@ -144,3 +144,17 @@ def test_sampling_under_a_mask_reports_the_unrestricted_logprob() -> None:
         torch.log_softmax(logits[2] / 0.5, -1)[tokens[2]],
     ]
     assert torch.allclose(lps, torch.stack(expected))
+
+
+def test_replay_gives_the_counts_sampling_recorded_and_refuses_what_the_grammar_does(
+    engine: LocalEngine,
+) -> None:
+    grammar = Grammar('start: "Answer: " NUMBER\nNUMBER: /[0-9]{1,3}/\n', engine.tokenizer)
+    (c,) = asyncio.run(
+        engine.generate([1, 2, 3], SamplingParams(temperature=1.0, max_tokens=12, seed=1), constraint=grammar)
+    )
+    vocab = len(engine.tokenizer)
+    assert grammar.replay(c.completion_ids, vocab) == c.allowed_counts
+    words = engine.tokenizer("Answer: x", add_special_tokens=False)["input_ids"]
+    with pytest.raises(ValueError, match=f"refuses token {words[-1]} at position {len(words) - 1}"):
+        grammar.replay(words, vocab)

@@ -109,6 +109,16 @@ class Grammar:
         """A fresh matcher for one row, at the grammar's start."""
         return GrammarMatcher(self)
 
+    def replay(self, token_ids: list[int], vocab_size: int) -> list[int]:
+        """The per-token ``allowed_counts`` the engine would have recorded sampling ``token_ids`` under this
+        grammar (1: forced); a ``ValueError`` when the grammar refuses one of them."""
+        matcher = self.start()
+        for i, token in enumerate(token_ids):
+            if not matcher.allowed(vocab_size)[token]:
+                raise ValueError(f"the grammar refuses token {token} at position {i}")
+            matcher.advance(token)
+        return matcher.allowed_counts
+
 
 class GrammarMatcher:
     """One row's position in a :class:`Grammar`. The engine asks :meth:`allowed` before each token and
