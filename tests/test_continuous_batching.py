@@ -127,3 +127,13 @@ def test_a_cancelled_row_leaves_the_running_batch(engine: LocalEngine) -> None:
     assert c.finish_reason == "length" and len(c.completion_ids) == 4
     # The cancelled row stopped at its next decode step, not after 100,000 tokens.
     assert engine.stats["generated_tokens"] - before < 1_000
+
+
+def test_close_ends_the_decode_thread_now_and_the_engine_still_serves(engine: LocalEngine) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    first = _alone(engine, _ids(engine, "Hello"), params)
+    thread = engine._thread
+    assert thread is not None and thread.is_alive()  # idle, it would linger for 5 s
+    engine.close(timeout_s=2.0)
+    assert not thread.is_alive() and engine._thread is None
+    assert _alone(engine, _ids(engine, "Hello"), params).completion_ids == first.completion_ids

@@ -29,9 +29,11 @@ never share KV-cache state, whatever their adapter). An engine serves either mer
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +108,7 @@ class LocalEngine(EngineBase):
         self._pending: list[_Row] = []
         self._cond = threading.Condition()  # guards _pending and _thread
         self._thread: threading.Thread | None = None
+        self._closing = False  # close() asked the decode thread to exit once it has no row left
         self._weights_lock = threading.Lock()
         self._swap = threading.Event()  # set while load_weights waits: the running batch pauses
         # batches: continuous batches started (one lasts while rows keep it busy); joins: times rows joined a
@@ -250,9 +253,23 @@ class LocalEngine(EngineBase):
         """Wake the decode thread (starting it if it is not running) to take the pending rows."""
         with self._cond:
             if self._thread is None:
+                self._closing = False
                 self._thread = threading.Thread(target=self._worker_main, name="rllm-engine", daemon=True)
                 self._thread.start()
+                _running_engines.add(self)
             self._cond.notify()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Let the decode thread finish the rows it has and exit now rather than after its 5 s idle wait
+        (the engine starts a new one on the next request). Called for every engine at interpreter exit: a
+        daemon thread that has run torch ops and is still alive while the interpreter tears torch down can
+        abort the process ("terminate called without an active exception")."""
+        with self._cond:
+            self._closing = True
+            thread = self._thread
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     def _worker_main(self) -> None:
         """The decode thread: runs a continuous batch whenever rows are pending, and resolves each row's future
@@ -262,7 +279,7 @@ class LocalEngine(EngineBase):
         while True:
             with self._cond:
                 while not self._pending:
-                    if not self._cond.wait(timeout=5.0) and not self._pending:
+                    if self._closing or (not self._cond.wait(timeout=5.0) and not self._pending):
                         self._thread = None  # under the lock: a caller that appends now starts a new thread
                         return
             self._wait_for_arrivals()
@@ -487,6 +504,16 @@ class LocalEngine(EngineBase):
             return False
         r.text = text[: min(hits)]
         return True
+
+
+_running_engines: weakref.WeakSet[LocalEngine] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_running_engines() -> None:
+    """At interpreter exit, end every engine's decode thread before torch is torn down (see ``close``)."""
+    for engine in list(_running_engines):
+        engine.close(timeout_s=2.0)
 
 
 def _resolve(row: _Row, exc: BaseException | None) -> None:
