@@ -73,20 +73,21 @@ class Verdict(BaseModel):
     unit: Literal["cm", "m", "km"]
 
 
-def _client(url: str, session: str) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=f"{url}/sessions/{session}/v1", api_key=API_KEY, max_retries=0)
+def _sdk_model(url: str, api: str, session: str) -> OpenAIChatCompletionsModel | OpenAIResponsesModel:
+    """The Agents SDK's chat-completions or Responses model on a gateway session."""
+    client = AsyncOpenAI(base_url=f"{url}/sessions/{session}/v1", api_key=API_KEY, max_retries=0)
+    model_cls = OpenAIChatCompletionsModel if api == "chat" else OpenAIResponsesModel
+    return model_cls(model=MODEL, openai_client=client)
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_agents_sdk_required_tool_choice_calls_the_tool_every_time(gateway: str, api: str) -> None:
     async def one(i: int) -> object:
-        client = _client(gateway, f"sdk-{api}-{i}")
-        model_cls = OpenAIChatCompletionsModel if api == "chat" else OpenAIResponsesModel
         agent = Agent(
             name="adder",
             instructions="Add the numbers with the add tool.",
             tools=[add],
-            model=model_cls(model=MODEL, openai_client=client),
+            model=_sdk_model(gateway, api, f"sdk-{api}-{i}"),
             # One call a reply: left to the grammar's "one or more calls", a random model goes on calling
             # until max_tokens cuts a call short.
             model_settings=ModelSettings(
@@ -106,13 +107,11 @@ def test_agents_sdk_required_tool_choice_calls_the_tool_every_time(gateway: str,
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_agents_sdk_output_type_is_a_valid_object_every_time(gateway: str, api: str) -> None:
     async def one(i: int) -> object:
-        client = _client(gateway, f"out-{api}-{i}")
-        model_cls = OpenAIChatCompletionsModel if api == "chat" else OpenAIResponsesModel
         agent = Agent(
             name="judge",
             instructions="Say how long the bridge is.",
             output_type=Verdict,
-            model=model_cls(model=MODEL, openai_client=client),
+            model=_sdk_model(gateway, api, f"out-{api}-{i}"),
             model_settings=ModelSettings(temperature=1.0, max_tokens=48),
         )
         return (await Runner.run(agent, "How long is the bridge?", max_turns=1)).final_output

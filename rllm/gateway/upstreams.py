@@ -295,15 +295,13 @@ class LocalUpstream:
         """One completion as a choice; with ``parse_tools``, a well-formed tool call becomes ``tool_calls``.
         Under a grammar (``c.allowed_counts``), a token it forced (allowed that one only) is logprob 0.0 and
         ``completion_mask`` 0; a token the model chose is mask 1 with its unrestricted logprob."""
-        mask = None if c.allowed_counts is None else [int(n != 1) for n in c.allowed_counts]
+        logprobs, mask = c.recorded()
         choice = UpstreamChoice(
             text=c.text,
             finish_reason=c.finish_reason,
             stop_sequence=self._stop_sequence(c, stop),
             completion_ids=list(c.completion_ids),
-            logprobs=list(c.logprobs)
-            if mask is None
-            else [lp if m else 0.0 for lp, m in zip(c.logprobs, mask)],
+            logprobs=logprobs,
             completion_mask=mask,
             token_strings=[self.engine.tokenizer.decode([t]) for t in c.completion_ids]
             if with_tokens

@@ -65,6 +65,14 @@ class Completion(BaseModel):
     # at its position (1: forced, the model had no choice); None when it was sampled unconstrained.
     allowed_counts: list[int] | None = None
 
+    def recorded(self) -> tuple[list[float], list[int] | None]:
+        """The logprobs and completion mask to record: a token a grammar forced (allowed that one only) is
+        mask 0 with logprob 0.0, one the model chose mask 1 with its logprob; mask None when unconstrained."""
+        if self.allowed_counts is None:
+            return list(self.logprobs), None
+        mask = [int(n != 1) for n in self.allowed_counts]
+        return [lp if m else 0.0 for lp, m in zip(self.logprobs, mask)], mask
+
 
 WeightTransfer = Literal["tensors", "files", "service"]
 

@@ -115,16 +115,12 @@ class RolloutContext:
         key: str | None = None,
         messages: list[dict],
     ) -> Step:
-        forced = [n == 1 for n in completion.allowed_counts or ()]
+        logprobs, mask = completion.recorded()
         step = Step(
             prompt_ids=completion.prompt_ids,
             response_ids=completion.completion_ids,
-            logprobs=[0.0 if f else lp for f, lp in zip(forced, completion.logprobs)]
-            + completion.logprobs[len(forced) :],
-            response_mask=[0 if f else 1 for f in forced]
-            + [1] * (len(completion.completion_ids) - len(forced))
-            if any(forced)
-            else None,
+            logprobs=logprobs,
+            response_mask=mask,
             messages=list(messages),
             response_text=completion.text,
             finish_reason=completion.finish_reason,
