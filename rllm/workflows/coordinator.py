@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -134,6 +135,25 @@ def contribution_credit(final: str, truths: list[str], worker_numbers: list[str 
         _same_number(g, t) or _same_number(g, w) for g, t, w in zip(got, truths, worker_numbers, strict=True)
     )
     return credited / len(truths)
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,12}")
+
+
+def faithful_example(parts: list[dict[str, Any]], replies: list[str]) -> dict[str, Any] | None:
+    """One supervised example of the coordinator's job done faithfully: its prompt for these workers'
+    ``replies`` and, as the assistant's answer, each worker's number (``extract_last_number``, what
+    ``contribution`` credit compares with) in the order of the parts, in the final answer's grammar.
+    None when a reply has no integer to pass on (the grammar holds the answer to integers).
+
+    These examples are the coordinator's warm start (``examples/coordinator/warm_start.py`` writes them from
+    the model's own sampled worker replies; ``rllm sft`` trains on them): the base model copies a number
+    from its worker's wording in about 1 reply of 40, too rarely for RL to reinforce."""
+    numbers = [extract_last_number(r) for r in replies]
+    if any(n is None or not _INTEGER.fullmatch(n) for n in numbers):
+        return None
+    answer = ", ".join(str(n) for n in numbers)
+    return {"messages": [*coordinator_messages(parts, replies), {"role": "assistant", "content": answer}]}
 
 
 class CoordinatorWorkflow:

@@ -4,7 +4,10 @@ per-role credit on a hand-made episode, and the workflow's config options."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import json
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -24,11 +27,19 @@ from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.checkpoint import latest_checkpoint, load_loop_state
 from rllm.trainer.config import workflow_config
 from rllm.trainer.reporting import episode_metrics
+from rllm.trainer.sft_data import load_conversations
 from rllm.workflows.capability import CapabilityTable
-from rllm.workflows.coordinator import CoordinatorWorkflow, contribution_credit
+from rllm.workflows.coordinator import (
+    COORDINATOR_PROMPT,
+    CoordinatorWorkflow,
+    contribution_credit,
+    faithful_example,
+    final_grammar,
+)
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=16, seed=0)
 WORKERS = {"worker_a": "plain", "worker_b": "worked_example"}
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_multi_part_tasks_have_parts_of_distinct_kinds_and_a_combined_answer() -> None:
@@ -297,3 +308,42 @@ def test_a_grammar_in_the_rollout_context_records_forced_tokens_as_not_sampled(e
     ctx = RolloutContext(NoConstraints(engine, str), SamplingParams(), episode_id="e", task_id="t")
     with pytest.raises(ValueError, match="fake-free engine cannot constrain its output"):
         asyncio.run(ctx.complete([1, 2], grammar=grammar))
+
+
+def test_faithful_examples_pass_on_each_workers_number(engine: LocalEngine, tmp_path) -> None:
+    # The warm start's examples: the coordinator's prompt, then each worker's number in order, in the
+    # final answer's grammar, worth full contribution credit; a reply with no integer gives no example.
+    parts = TASK["metadata"]["parts"]
+    example = faithful_example(parts, ["The larger number is 82.", "The sum is 7."])
+    *prompt, answer = example["messages"]
+    assert (
+        prompt[-1]["content"].endswith(COORDINATOR_PROMPT.split("{reports}")[-1])
+        and "Worker's answer: The sum is 7." in prompt[-1]["content"]
+    )
+    assert answer == {"role": "assistant", "content": "82, 7"}
+    assert Grammar(final_grammar(2), engine.tokenizer).replay(
+        engine.tokenizer.encode("82, 7") + [engine.eos_ids[0]], len(engine.tokenizer)
+    )
+    assert contribution_credit(answer["content"], ["82", "9"], ["82", "7"]) == 1.0
+    assert faithful_example(parts, ["82", "I cannot say."]) is None
+    assert faithful_example(parts, ["82", "about 9.5"]) is None
+
+    spec = importlib.util.spec_from_file_location("warm_start", REPO / "examples/coordinator/warm_start.py")
+    warm_start = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(warm_start)
+    shy = {
+        **TASK,
+        "task_id": "shy",
+        "metadata": {"parts": [parts[0], {**parts[1], "question": "What is 4 + 6?"}]},
+    }
+    policy = ScriptedEngine(engine, lambda p: "I do not know." if "4 + 6" in p else _scripted(p))
+    examples, skipped = asyncio.run(
+        warm_start.build_examples(CoordinatorWorkflow(WORKERS), policy, [TASK, shy], max_tokens=16)
+    )
+    assert skipped == 1 and [e["task_id"] for e in examples] == ["mp"]
+    # Each part went to a worker drawn at random, prompted in its style; the answer is what it said.
+    assert examples[0]["messages"][-1]["content"] in {"82, 9", "82, 7"}
+    path = tmp_path / "sft.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in examples))
+    (conv,) = load_conversations(path)  # rllm sft reads it
+    assert conv.messages[-1]["role"] == "assistant"
