@@ -90,7 +90,10 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "lint-imports --no-cache" in calls and "deptry ." in calls
     assert "ruff format --check rllm tests benchmarks scripts examples docker" in calls
     assert "ruff check rllm tests benchmarks scripts examples docker" in calls
-    assert "setup.sh langgraph mcp smolagents openai-agents deploy-tests tinker-cookbook" in calls
+    assert (
+        "setup.sh langgraph mcp smolagents openai-agents deploy-tests tinker-cookbook wandb mlflow" in calls
+    )
+    assert any(c.startswith("python -m pytest") and "tests/test_tracking_sinks.py" in c for c in calls)
     assert "setup_cookbook.sh " in calls
     assert any(c.startswith("python -m pytest") and "tests/test_deploy.py" in c for c in calls)
     assert any(c.startswith("python -m pytest") and "tests/serve/test_tinker_cookbook.py" in c for c in calls)
