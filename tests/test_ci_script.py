@@ -24,6 +24,7 @@ SETUP_SCRIPTS = (
     "setup_ui_tests.sh",
     "setup_vllm.sh",
     "setup_bench.sh",
+    "gpu_check.sh",  # not a set-up script, but CI runs it the same way (bash scripts/...)
 )
 
 FAKE_PYTHON = """#!/usr/bin/env bash
@@ -103,6 +104,7 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert any("-m pytest -q -m slow or vllm" in c for c in calls)
     assert "python -m pytest -q -m distributed" in calls
     assert "setup.sh distributed" in calls
+    assert "gpu_check.sh --dry-run" in calls
     benchmarks = [c for c in calls if "benchmarks/" in c]
     assert len(benchmarks) == len(list((ROOT / "benchmarks").glob("bench_*.py"))) + 1 and all(
         " --quick" in c for c in benchmarks
