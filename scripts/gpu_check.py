@@ -6,15 +6,15 @@ own ``try`` so one failure still leaves the others' rows, with the error in its 
 1. ``grpo full`` / ``grpo lora``: ``trainer.steps`` GRPO steps through the real :class:`AgentTrainer` (local
    engine samples, local backend trains, bf16 autocast) on a random-init model of a real shape. Step time,
    rollout tokens/s (generated), train tokens/s (every token of every trained sequence), peak CUDA memory
-   (``torch.cuda.max_memory_allocated``), and MFU = train tokens/s x model FLOPs per token / peak FLOP/s,
-   with FLOPs per token = 6 N for a full fine-tune (forward 2 N, backward 4 N) and 4 N with LoRA (no weight
-   gradients for the frozen base), N = the weights of every matrix product (attention, MLP, LM head). Step
-   medians leave out the first step (CUDA warm-up).
+   (``torch.cuda.max_memory_allocated``), and MFU = train tokens/s x model FLOPs per token / peak FLOP/s
+   (``--peak-tflops``, default the H200's 989 dense bf16), with FLOPs per token = 6 N for a full fine-tune
+   (forward 2 N, backward 4 N) and 4 N with LoRA (no weight gradients for the frozen base), N = the weights
+   of every matrix product (attention, MLP, LM head). Step medians leave out the first step (CUDA warm-up).
 2. ``decode bN``: the local inference engine's decode speed at batch 1 and 32: one call per row, each
-   exactly ``--decode-tokens`` tokens (``ignore_eos``), one warm-up run, then one timed run.
+   exactly 128 tokens (``ignore_eos``; 8 in the dry run), one warm-up run, then one timed run.
 3. ``distributed ray ws=1``: backend.name=distributed at world size 1 through the trainer, when Ray is
    installed; a ``skipped`` row when it is not (the distributed backend places its ranks with Ray).
-   ``fsdp rank nccl ws=1``: the distributed backend's rank (``FSDPRank``, FSDP2) in this process, without
+   ``fsdp rank ws=1``: the distributed backend's rank (``FSDPRank``, FSDP2) in this process, without
    Ray, in a one-rank NCCL group: forward/backward and an optimizer step on a synthetic batch.
 
 ``--dry-run`` runs the same code on CPU with a tiny model (hidden 64, 2 layers; gloo instead of NCCL), in
@@ -49,7 +49,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a bare checkout too (the GPU machine has no rllm installed)
 
-H200_BF16_DENSE_FLOPS = 989e12  # NVIDIA's H200 SXM datasheet: 989 TFLOP/s dense bf16 (1979 with sparsity)
+H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA's H200 SXM datasheet: dense bf16 (1979 with sparsity); --peak-tflops
 CARRIED_TOKENIZER = REPO / ".gpu_carry" / "tokenizer"  # scripts/gpu_check.sh --prepare puts it there
 SHAPES = {  # LlamaConfig arguments
     "gpu": {
@@ -105,6 +105,7 @@ class Setup:
     group_size: int
     max_tokens: int
     decode_tokens: int
+    peak_tflops: float
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -169,10 +170,10 @@ def _peak_gib(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def _mfu(device: str, tokens_per_s: float, flops_per_token: float) -> float | None:
-    if device != "cuda":
+def _mfu(s: Setup, tokens_per_s: float, flops_per_token: float) -> float | None:
+    if s.device != "cuda":
         return None  # no peak to divide by on CPU
-    return tokens_per_s * flops_per_token / H200_BF16_DENSE_FLOPS
+    return tokens_per_s * flops_per_token / (s.peak_tflops * 1e12)
 
 
 def _free_port() -> int:
@@ -231,7 +232,7 @@ def step_numbers(s: Setup, records: list[dict[str, Any]], flops_per_token: float
         "train_tok_s": median("perf/train_tokens_per_s"),
         "peak_mem_gib": _peak_gib(s.device),
     }
-    mfu = _mfu(s.device, numbers["train_tok_s"], flops_per_token)
+    mfu = _mfu(s, numbers["train_tok_s"], flops_per_token)
     if mfu is not None:
         numbers["mfu"] = mfu
     return numbers
@@ -276,14 +277,17 @@ def decode(s: Setup, batch: int) -> Row:
 
         return list(await asyncio.gather(*(row(i) for i in range(batch))))
 
-    asyncio.run(all_rows(0))  # warm-up
-    if s.device == "cuda":
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    lengths = asyncio.run(all_rows(1000))
-    if s.device == "cuda":
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - started
+    try:
+        asyncio.run(all_rows(0))  # warm-up
+        if s.device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        lengths = asyncio.run(all_rows(1000))
+        if s.device == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - started
+    finally:
+        engine.close()  # its decode thread holds the model
     if set(lengths) != {s.decode_tokens}:
         raise RuntimeError(f"rows generated {sorted(set(lengths))} tokens, expected {s.decode_tokens} each")
     return Row(
@@ -376,7 +380,7 @@ def fsdp_rank(s: Setup) -> Row:
             times.append(time.perf_counter() - started)
         tokens_per_s = batch.num_tokens / times[-1]
         numbers = {"step_s": times[-1], "train_tok_s": tokens_per_s, "peak_mem_gib": _peak_gib(s.device)}
-        mfu = _mfu(s.device, tokens_per_s, 6 * s.matmul_params)
+        mfu = _mfu(s, tokens_per_s, 6 * s.matmul_params)
         if mfu is not None:
             numbers["mfu"] = mfu
         return Row("fsdp rank ws=1", numbers=numbers, note=f"{comm}, no Ray, synthetic batch")
@@ -437,6 +441,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--tokenizer", help="tokenizer directory (default: .gpu_carry/tokenizer, else smollm2-135m's)"
     )
     p.add_argument("--steps", type=int, help="GRPO steps per training section (default 4; dry run 2)")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=H200_BF16_DENSE_TFLOPS,
+        help="the GPU's dense bf16 peak, the MFU denominator (default: the H200's 989)",
+    )
     p.add_argument("--json", help="also write the rows here (default: $OUT/gpu_check.json when $OUT is set)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (model, runs)")
     return p.parse_args(argv)
@@ -473,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             group_size=2 if dry else 8,
             max_tokens=8 if dry else 256,
             decode_tokens=8 if dry else 128,
+            peak_tflops=args.peak_tflops,
         )
         gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
         print(
