@@ -29,7 +29,6 @@ from rllm.utils.trackers import flatten_config
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
-HAS_WANDB = importlib.util.find_spec("wandb") is not None
 
 
 class RecordingSink:
@@ -137,8 +136,10 @@ def test_tensorboard_writes_event_files(tmp_path: Path) -> None:
     assert events and events[0].stat().st_size > 0
 
 
-@pytest.mark.skipif(HAS_WANDB, reason="wandb is installed; only the missing-package error is tested")
-def test_wandb_missing_package_names_pip_command(tmp_path: Path) -> None:
+def test_wandb_missing_package_names_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # makes the import fail, installed or not
     with pytest.raises(ImportError, match=r"pip install 'rllm\[wandb\]'"):
         build_sinks(["jsonl", "wandb"], tmp_path, "run", {})
 
@@ -177,7 +178,8 @@ def test_final_model_goes_only_to_sinks_that_keep_artifacts(tmp_path: Path) -> N
 def test_mlflow_missing_package_names_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # makes the import fail
+    for module in ("mlflow", "mlflow.entities", "mlflow.tracking"):  # makes the import fail, even if done
+        monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ImportError, match=r"pip install 'rllm\[mlflow\]'"):
         build_sinks(["jsonl", "mlflow"], tmp_path, "run", {})
 
