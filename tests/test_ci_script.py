@@ -24,6 +24,7 @@ SETUP_SCRIPTS = (
     "setup_ui_tests.sh",
     "setup_vllm.sh",
     "setup_bench.sh",
+    "gpu_check.sh",  # not a set-up script, but CI runs it the same way (bash scripts/...)
 )
 
 FAKE_PYTHON = """#!/usr/bin/env bash
@@ -90,7 +91,10 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert "lint-imports --no-cache" in calls and "deptry ." in calls
     assert "ruff format --check rllm tests benchmarks scripts examples docker" in calls
     assert "ruff check rllm tests benchmarks scripts examples docker" in calls
-    assert "setup.sh langgraph mcp smolagents openai-agents deploy-tests tinker-cookbook" in calls
+    assert (
+        "setup.sh langgraph mcp smolagents openai-agents deploy-tests tinker-cookbook wandb mlflow" in calls
+    )
+    assert any(c.startswith("python -m pytest") and "tests/test_tracking_sinks.py" in c for c in calls)
     assert "setup_cookbook.sh " in calls
     assert any(c.startswith("python -m pytest") and "tests/test_deploy.py" in c for c in calls)
     assert any(c.startswith("python -m pytest") and "tests/serve/test_tinker_cookbook.py" in c for c in calls)
@@ -100,6 +104,7 @@ def test_every_tier_runs_when_every_setup_succeeds(tmp_path: Path) -> None:
     assert any("-m pytest -q -m slow or vllm" in c for c in calls)
     assert "python -m pytest -q -m distributed" in calls
     assert "setup.sh distributed" in calls
+    assert "gpu_check.sh --dry-run" in calls
     benchmarks = [c for c in calls if "benchmarks/" in c]
     assert len(benchmarks) == len(list((ROOT / "benchmarks").glob("bench_*.py"))) + 1 and all(
         " --quick" in c for c in benchmarks

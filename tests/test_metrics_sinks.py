@@ -11,20 +11,24 @@ import pytest
 from ci_support import skip_or_fail
 from rich.console import Console
 
+from rllm.trainer.config import TrainConfig
+from rllm.trainer.sft_config import SFTConfig
 from rllm.utils.metrics import (
+    ArtifactSink,
     ConsoleSink,
     JsonlSink,
     MetricsLogger,
     MetricsSink,
     build_sinks,
+    mlflow_artifact_dir,
     plot_metrics,
     read_jsonl_metrics,
     summarize,
 )
+from rllm.utils.trackers import flatten_config
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
-HAS_WANDB = importlib.util.find_spec("wandb") is not None
 
 
 class RecordingSink:
@@ -107,9 +111,10 @@ def test_console_sink_prints_selected_keys() -> None:
 
 def test_unknown_sink_name_lists_choices(tmp_path: Path) -> None:
     with pytest.raises(
-        ValueError, match="unknown metrics sink 'mlflow': choose one of console, jsonl, tensorboard, wandb"
+        ValueError,
+        match="unknown metrics sink 'neptune': choose one of console, jsonl, mlflow, tensorboard, wandb",
     ):
-        build_sinks(["jsonl", "mlflow"], tmp_path, "run", {})
+        build_sinks(["jsonl", "neptune"], tmp_path, "run", {})
     assert not (tmp_path / "metrics.jsonl").exists()  # names are checked before anything is created
 
 
@@ -131,8 +136,10 @@ def test_tensorboard_writes_event_files(tmp_path: Path) -> None:
     assert events and events[0].stat().st_size > 0
 
 
-@pytest.mark.skipif(HAS_WANDB, reason="wandb is installed; only the missing-package error is tested")
-def test_wandb_missing_package_names_pip_command(tmp_path: Path) -> None:
+def test_wandb_missing_package_names_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # makes the import fail, installed or not
     with pytest.raises(ImportError, match=r"pip install 'rllm\[wandb\]'"):
         build_sinks(["jsonl", "wandb"], tmp_path, "run", {})
 
@@ -145,6 +152,68 @@ def test_tensorboard_missing_package_names_pip_command(
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # makes the import fail
     with pytest.raises(ImportError, match=r"pip install 'rllm\[tensorboard\]'"):
         build_sinks(["tensorboard"], tmp_path, "run", {})
+
+
+class KeepingSink(RecordingSink):
+    """A sink that also keeps the final model (an ArtifactSink)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.final: list[tuple[Path, Path]] = []
+
+    def log_final_model(self, model_dir: Path, config_file: Path) -> None:
+        self.final.append((model_dir, config_file))
+
+
+def test_final_model_goes_only_to_sinks_that_keep_artifacts(tmp_path: Path) -> None:
+    plain, keeper = RecordingSink(), KeepingSink()
+    assert isinstance(keeper, ArtifactSink) and not isinstance(plain, ArtifactSink)
+    with MetricsLogger([plain, keeper]) as metrics:
+        metrics.log(1, {"acc": 1})
+        metrics.log_final_model(tmp_path / "final_model", tmp_path / "config.yaml")
+    assert keeper.final == [(tmp_path / "final_model", tmp_path / "config.yaml")]
+    assert plain.closed and keeper.closed
+
+
+def test_mlflow_missing_package_names_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for module in ("mlflow", "mlflow.entities", "mlflow.tracking"):  # makes the import fail, even if done
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ImportError, match=r"pip install 'rllm\[mlflow\]'"):
+        build_sinks(["jsonl", "mlflow"], tmp_path, "run", {})
+
+
+def test_flatten_config_joins_sections_and_writes_leaves_as_config_text() -> None:
+    config = {"trainer": {"steps": 2, "loggers": ["jsonl", "mlflow"], "store": None}, "model": {"path": "m"}}
+    assert flatten_config(config) == {
+        "trainer.steps": "2",
+        "trainer.loggers": '["jsonl", "mlflow"]',
+        "trainer.store": "null",
+        "model.path": "m",
+    }
+
+
+def test_mlflow_artifacts_sit_beside_a_local_store() -> None:
+    assert mlflow_artifact_dir("sqlite:////data/runs/mlflow.db") == Path("/data/runs/mlartifacts")
+    assert mlflow_artifact_dir("http://tracking:5000") is None
+
+
+@pytest.mark.parametrize("config", [TrainConfig, SFTConfig])
+@pytest.mark.parametrize(
+    ("key", "value", "sink"),
+    [
+        ("wandb_project", "mine", "wandb"),
+        ("wandb_mode", "online", "wandb"),
+        ("mlflow_experiment", "x", "mlflow"),
+    ],
+)
+def test_a_tracker_option_without_its_logger_is_refused(
+    config: type, key: str, value: str, sink: str
+) -> None:
+    with pytest.raises(ValueError, match=f"trainer.{key} applies to the {sink} logger only: add {sink}"):
+        config.model_validate({"trainer": {"loggers": ["jsonl"], key: value}})
+    config.model_validate({"trainer": {"loggers": ["jsonl", sink], key: value}})  # with it, accepted
 
 
 def test_summarize() -> None:

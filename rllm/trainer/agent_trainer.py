@@ -42,7 +42,7 @@ from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError, WeightSyncError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
 from rllm.trainer.checks import check_config, check_flow_roles
-from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_adapters
+from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_adapters, tracker_options
 from rllm.trainer.distill import Teacher, build_teacher
 from rllm.trainer.engines import build_engine
 from rllm.trainer.project import config_tasks, load_flow
@@ -661,7 +661,12 @@ class AgentTrainer:
         redone_after = load_loop_state(resume_from)["step"] if resume_from is not None else -1
         drop_metrics_after(self.run_dir / "metrics.jsonl", redone_after)
         sinks = build_sinks(
-            cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS
+            cfg.trainer.loggers,
+            self.run_dir,
+            cfg.trainer.name,
+            cfg.model_dump(),
+            console_keys=CONSOLE_KEYS,
+            **tracker_options(cfg.trainer),
         )
         if self.run_store is not None:
             sinks.append(self.run_store)
@@ -682,16 +687,18 @@ class AgentTrainer:
                 self._loop.run(self._run_steps_async(start_step, eval_history, metrics_logger))
             else:
                 self._run_steps(start_step, eval_history, metrics_logger)
+            result.final_model_dir = self.run_dir / "final_model"
+            self.backend.export_model(result.final_model_dir)
+            # With roles, one model per adapter (final_model/<adapter>/), each with the tokenizer.
+            result.adapter_models = {n: result.final_model_dir / n for n in adapter_names(cfg.roles)}
+            for model_dir in list(result.adapter_models.values()) or [result.final_model_dir]:
+                self.engine.tokenizer.save_pretrained(model_dir)
+            # W&B / MLflow keep the model with the run (rllm.utils.trackers); the other sinks are not called.
+            metrics_logger.log_final_model(result.final_model_dir, self.run_dir / "config.yaml")
         result.eval_history = eval_history
         accs = {h["step"]: h["eval/accuracy"] for h in eval_history}
         result.initial_accuracy = accs.get(0)
         result.final_accuracy = accs.get(cfg.trainer.steps)
-        result.final_model_dir = self.run_dir / "final_model"
-        self.backend.export_model(result.final_model_dir)
-        # With roles, one model per adapter (final_model/<adapter>/), each with the tokenizer.
-        result.adapter_models = {n: result.final_model_dir / n for n in adapter_names(cfg.roles)}
-        for model_dir in list(result.adapter_models.values()) or [result.final_model_dir]:
-            self.engine.tokenizer.save_pretrained(model_dir)
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             try_plot(self.run_dir)
         return result

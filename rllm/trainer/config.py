@@ -773,7 +773,24 @@ class TrainerConfig(_Section):
     loggers: list[str] = Field(
         default_factory=lambda: ["console", "jsonl"],
         description="Metric sinks: console, jsonl, tensorboard (needs rllm[tensorboard]), wandb (needs "
-        "rllm[wandb]), or one registered in rllm.utils.metrics.SINKS.",
+        "rllm[wandb]), mlflow (needs rllm[mlflow]), or one registered in rllm.utils.metrics.SINKS.",
+    )
+    # The experiment trackers' options (docs/ui.md "W&B and MLflow"); each applies only when its sink is in
+    # trainer.loggers (check_tracker_options).
+    wandb_project: str = Field("rllm", min_length=1, description="wandb logger: the W&B project of the run.")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="wandb logger: offline (files under the run directory, upload later with `wandb sync`) "
+        "or online (needs `wandb login` and the network).",
+    )
+    mlflow_tracking_uri: str | None = Field(
+        None,
+        description="mlflow logger: the tracking store (sqlite:///path.db keeps artifacts in mlartifacts/ "
+        "beside the file; http://server:5000 ...); null = run_dir/name/mlflow.db (artifacts in "
+        "run_dir/name/mlartifacts).",
+    )
+    mlflow_experiment: str = Field(
+        "rllm", min_length=1, description="mlflow logger: the MLflow experiment the run is created in."
     )
     plot: bool = Field(
         True, description="Write metrics.png (reward/accuracy curves) at the end, if matplotlib is installed."
@@ -804,6 +821,36 @@ class TrainerConfig(_Section):
             if name not in SINKS:
                 raise ValueError(unknown_name(SINKS.kind, name, SINKS))
         return loggers
+
+    @model_validator(mode="after")
+    def _tracker_options_need_their_logger(self) -> TrainerConfig:
+        check_tracker_options(self)
+        return self
+
+
+TRACKER_OPTIONS = {
+    "wandb": ("wandb_project", "wandb_mode"),
+    "mlflow": ("mlflow_tracking_uri", "mlflow_experiment"),
+}
+"""The ``trainer`` keys each experiment-tracker sink reads (``rllm train`` and ``rllm sft`` alike)."""
+
+
+def tracker_options(trainer: Any) -> dict[str, Any]:
+    """The tracker keys of a ``trainer`` section, as :func:`rllm.utils.metrics.build_sinks` takes them."""
+    return {key: getattr(trainer, key) for keys in TRACKER_OPTIONS.values() for key in keys}
+
+
+def check_tracker_options(trainer: Any) -> None:
+    """Refuse a tracker option set away from its default while its sink is not in ``trainer.loggers``
+    (it would do nothing). A dumped config repeats every default, so "set" means "changed"."""
+    fields = type(trainer).model_fields
+    for sink, keys in TRACKER_OPTIONS.items():
+        changed = [k for k in keys if getattr(trainer, k) != fields[k].default]
+        if changed and sink not in trainer.loggers:
+            raise ValueError(
+                f"trainer.{changed[0]} applies to the {sink} logger only: add {sink} to trainer.loggers "
+                f"or drop trainer.{changed[0]}"
+            )
 
 
 def _validate_plugin_section(

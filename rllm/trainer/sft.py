@@ -32,6 +32,7 @@ from rllm.trainer.backends import backend_capabilities, build_backend
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.checkpoint import drop_metrics_after, latest_checkpoint, load_loop_state, save_checkpoint
 from rllm.trainer.checks import check_backend_config
+from rllm.trainer.config import tracker_options
 from rllm.trainer.sft_config import SFTConfig
 from rllm.trainer.sft_data import (
     Conversation,
@@ -254,7 +255,12 @@ class SFTTrainer:
         )
         self._setup()
         sinks = build_sinks(
-            cfg.trainer.loggers, self.run_dir, cfg.trainer.name, cfg.model_dump(), console_keys=CONSOLE_KEYS
+            cfg.trainer.loggers,
+            self.run_dir,
+            cfg.trainer.name,
+            cfg.model_dump(),
+            console_keys=CONSOLE_KEYS,
+            **tracker_options(cfg.trainer),
         )
         if self.run_store is not None:
             sinks.append(self.run_store)
@@ -293,17 +299,19 @@ class SFTTrainer:
                     save_checkpoint(
                         self.run_dir, done, self.backend, state, keep=cfg.trainer.keep_checkpoints
                     )
+            result.final_model_dir = self.run_dir / "final_model"
+            started = time.perf_counter()
+            self.backend.export_model(result.final_model_dir)
+            self.tokenizer.save_pretrained(result.final_model_dir)
+            logger.info(
+                "final model written to %s in %.1fs", result.final_model_dir, time.perf_counter() - started
+            )
+            # W&B / MLflow keep the model with the run (rllm.utils.trackers); the other sinks are not called.
+            metrics_logger.log_final_model(result.final_model_dir, self.run_dir / "config.yaml")
         losses = {h["step"]: h["eval/loss"] for h in history}
         result.eval_history = history
         result.initial_eval_loss = losses.get(0)
         result.final_eval_loss = losses.get(self.steps)
-        result.final_model_dir = self.run_dir / "final_model"
-        started = time.perf_counter()
-        self.backend.export_model(result.final_model_dir)
-        self.tokenizer.save_pretrained(result.final_model_dir)
-        logger.info(
-            "final model written to %s in %.1fs", result.final_model_dir, time.perf_counter() - started
-        )
         if cfg.trainer.plot and "jsonl" in cfg.trainer.loggers:
             try:
                 plot_metrics(

@@ -27,6 +27,7 @@ from rllm.trainer.config import (
     TrainerConfig,
     _Section,
     _validate_plugin_section,
+    check_tracker_options,
 )
 from rllm.utils.config import unknown_name
 from rllm.utils.metrics import SINKS
@@ -113,6 +114,10 @@ class SFTTrainerConfig(_Section):
     checkpoint_every: int = _TRAINER_FIELDS["checkpoint_every"]
     keep_checkpoints: int = _TRAINER_FIELDS["keep_checkpoints"]
     loggers: list[str] = _TRAINER_FIELDS["loggers"]
+    wandb_project: str = _TRAINER_FIELDS["wandb_project"]
+    wandb_mode: Literal["offline", "online"] = _TRAINER_FIELDS["wandb_mode"]
+    mlflow_tracking_uri: str | None = _TRAINER_FIELDS["mlflow_tracking_uri"]
+    mlflow_experiment: str = _TRAINER_FIELDS["mlflow_experiment"]
     plot: bool = Field(
         True,
         description="Write metrics.png (train and held-out loss curves) at the end, if matplotlib is installed.",
@@ -130,6 +135,11 @@ class SFTTrainerConfig(_Section):
             if name not in SINKS:
                 raise ValueError(unknown_name(SINKS.kind, name, SINKS))
         return loggers
+
+    @model_validator(mode="after")
+    def _tracker_options_need_their_logger(self) -> SFTTrainerConfig:
+        check_tracker_options(self)
+        return self
 
 
 class SFTConfig(_Section):

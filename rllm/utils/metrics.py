@@ -1,10 +1,12 @@
-"""Where training metrics go: a JSONL file, TensorBoard, Weights & Biases, the console.
+"""Where training metrics go: a JSONL file, TensorBoard, Weights & Biases, MLflow, the console.
 
 The trainer owns one :class:`MetricsLogger` and calls ``logger.log(step, metrics)`` once per training
 step with flat ``{"name": number}`` dicts (``"reward/mean"``, ``"loss"``); the logger hands the same dict
-to every sink. Sinks are picked by name in config (``trainer.loggers: [console, jsonl]``) and built by
-:func:`build_sinks`. The names live in ``SINKS``, a :class:`rllm.utils.registry.Registry` of sink factories
-(docs/plugins.md; entry-point group ``rllm.loggers``). A sink that needs an optional package declares it
+to every sink, and at the end of a completed run hands the final model to the sinks that keep artifacts
+(:class:`ArtifactSink`; the trackers in :mod:`rllm.utils.trackers`). Sinks are picked by name in config
+(``trainer.loggers: [console, jsonl]``) and built by :func:`build_sinks`. The names live in ``SINKS``, a
+:class:`rllm.utils.registry.Registry` of sink factories (docs/plugins.md; entry-point group
+``rllm.loggers``). A sink that needs an optional package declares it
 (:class:`SinkRequirements`), so a run that names it while the package is missing fails at start-up with the
 ``pip`` command that fixes it, never silently mid-run.
 
@@ -28,21 +30,26 @@ from rich.console import Console
 from rich.table import Table
 
 from rllm.utils.registry import Registry
+from rllm.utils.trackers import MlflowSink, WandbSink
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
     "SINKS",
+    "ArtifactSink",
     "ConsoleSink",
     "JsonlSink",
     "MetricsLogger",
     "MetricsSink",
+    "MlflowSink",
     "SinkContext",
     "SinkRequirements",
     "TensorBoardSink",
     "WandbSink",
     "build_sinks",
+    "mlflow_artifact_dir",
+    "mlflow_store",
     "plot_metrics",
     "read_jsonl_metrics",
     "summarize",
@@ -61,6 +68,21 @@ class MetricsSink(Protocol):
 
     def close(self) -> None:
         """Flush and release files or connections; the sink is not used afterwards."""
+        ...
+
+
+@runtime_checkable
+class ArtifactSink(MetricsSink, Protocol):
+    """A sink that also keeps the run's end products (an experiment tracker: W&B, MLflow).
+
+    ``log_final_model`` is the end-of-run hook: called once, after the last step and before ``close``,
+    only when the run completes, with the exported final model and the run's ``config.yaml``. A sink
+    without it (console, JSONL, TensorBoard, a plug-in that only records metrics) is simply not called:
+    the model is in the run directory either way.
+    """
+
+    def log_final_model(self, model_dir: Path, config_file: Path) -> None:
+        """Store the final model directory and the config file with the run."""
         ...
 
 
@@ -128,47 +150,6 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self._writer.close()
-
-
-class WandbSink:
-    """Logs to a Weights & Biases run; ``mode="offline"`` (the default) never touches the network.
-
-    An offline run is stored under ``save_dir`` (or wandb's default) and can be uploaded later with
-    ``wandb sync``.
-    """
-
-    def __init__(
-        self,
-        project: str,
-        run_name: str,
-        config: dict[str, Any],
-        mode: str = "offline",
-        save_dir: str | Path | None = None,
-    ) -> None:
-        if mode not in ("offline", "online"):
-            raise ValueError(f"wandb mode must be 'offline' or 'online', got {mode!r}")
-        try:
-            import wandb
-        except ImportError as e:
-            raise ImportError(
-                "the 'wandb' metrics sink needs the wandb package: "
-                "pip install 'rllm[wandb]' (or drop 'wandb' from the metrics sinks)"
-            ) from e
-        if save_dir is not None:
-            Path(save_dir).mkdir(parents=True, exist_ok=True)
-        self._run = wandb.init(
-            project=project,
-            name=run_name,
-            config=config,
-            mode=mode,
-            dir=None if save_dir is None else str(save_dir),
-        )
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self._run.log(_as_floats(metrics), step=step)
-
-    def close(self) -> None:
-        self._run.finish()
 
 
 def _format_value(value: float) -> str:
@@ -239,12 +220,19 @@ class MetricsLogger:
         values = _as_floats(metrics)
         self._each(lambda sink: sink.log(step, values), "log")
 
+    def log_final_model(self, model_dir: Path, config_file: Path) -> None:
+        """Hand the completed run's final model and config file to every :class:`ArtifactSink`."""
+        keepers = [sink for sink in self.sinks if isinstance(sink, ArtifactSink)]
+        for sink in keepers:
+            logger.info("logging the final model to %s", type(sink).__name__)
+        self._each(lambda sink: sink.log_final_model(model_dir, config_file), "log the final model", keepers)
+
     def close(self) -> None:
         self._each(lambda sink: sink.close(), "close")
 
-    def _each(self, call: Any, what: str) -> None:
+    def _each(self, call: Any, what: str, sinks: list[MetricsSink] | None = None) -> None:
         first_error: BaseException | None = None
-        for sink in self.sinks:
+        for sink in self.sinks if sinks is None else sinks:
             try:
                 call(sink)
             except Exception as e:
@@ -278,6 +266,30 @@ class SinkContext:
     console_keys: list[str] | dict[str, str] | None = None  # the console's columns (None: every metric)
     wandb_project: str = "rllm"
     wandb_mode: str = "offline"
+    mlflow_tracking_uri: str | None = None  # None: SQLite in the run directory (mlflow_store below)
+    mlflow_experiment: str = "rllm"
+
+
+def mlflow_store(run_dir: Path) -> tuple[str, Path]:
+    """The MLflow store a run writes when ``trainer.mlflow_tracking_uri`` is null: the tracking URI of
+    ``run_dir/mlflow.db`` (SQLite; MLflow 3 refuses its old file store by default) and the artifact
+    directory beside it, ``run_dir/mlartifacts``."""
+    return f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}", Path(run_dir) / "mlartifacts"
+
+
+def mlflow_artifact_dir(tracking_uri: str) -> Path | None:
+    """Where an experiment created in a local SQLite store keeps artifacts: ``mlartifacts/`` beside the
+    database file (as in :func:`mlflow_store`; MLflow's own default is the working directory). None for
+    any other store: a tracking server decides where its artifacts go."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    return Path(tracking_uri[len(prefix) :]).parent / "mlartifacts"
+
+
+def _mlflow(run: SinkContext) -> MetricsSink:
+    uri = run.mlflow_tracking_uri or mlflow_store(run.run_dir)[0]
+    return MlflowSink(run.run_name, run.config, uri, run.mlflow_experiment, mlflow_artifact_dir(uri))
 
 
 @dataclass(frozen=True)
@@ -330,6 +342,12 @@ SINKS.register(
     capabilities=SinkRequirements("wandb", "pip install 'rllm[wandb]'"),
     description="Weights & Biases (offline unless told otherwise)",
 )
+SINKS.register(
+    "mlflow",
+    _mlflow,
+    capabilities=SinkRequirements("mlflow", "pip install 'rllm[mlflow]'"),
+    description="MLflow (run_dir/mlflow.db unless trainer.mlflow_tracking_uri names a store)",
+)
 
 
 def build_sinks(
@@ -341,21 +359,33 @@ def build_sinks(
     console_keys: list[str] | dict[str, str] | None = None,
     wandb_project: str = "rllm",
     wandb_mode: str = "offline",
+    mlflow_tracking_uri: str | None = None,
+    mlflow_experiment: str = "rllm",
 ) -> list[MetricsSink]:
     """The sinks named in config (``SINKS``), writing under ``run_dir``.
 
     ``"jsonl"`` writes ``run_dir/metrics.jsonl``, ``"tensorboard"`` writes ``run_dir/tensorboard/``,
-    ``"wandb"`` logs run ``run_name`` with ``config`` (stored under ``run_dir``), ``"console"`` prints
+    ``"wandb"`` logs run ``run_name`` with ``config`` (stored under ``run_dir``), ``"mlflow"`` logs it to
+    ``mlflow_tracking_uri`` (None: ``run_dir/mlflow.db``), ``"console"`` prints
     ``console_keys`` (all metrics when None). Names are checked before anything is created; a missing
     optional package raises ImportError with the pip command, and closes the sinks already opened.
 
     Raises:
         ValueError: an unknown sink name (``UnknownPluginError``, with a did-you-mean).
-        ImportError: ``tensorboard`` or ``wandb`` is named but its package is not installed.
+        ImportError: ``tensorboard``, ``wandb`` or ``mlflow`` is named but its package is not installed.
     """
     wanted = list(dict.fromkeys(n.strip().lower() for n in names))  # dedupe, keep order
     factories = [SINKS.get(name) for name in wanted]  # every name checked before anything is created
-    run = SinkContext(Path(run_dir), run_name, config, console_keys, wandb_project, wandb_mode)
+    run = SinkContext(
+        Path(run_dir),
+        run_name,
+        config,
+        console_keys,
+        wandb_project,
+        wandb_mode,
+        mlflow_tracking_uri,
+        mlflow_experiment,
+    )
     sinks: list[MetricsSink] = []
     try:
         for factory in factories:
