@@ -246,12 +246,14 @@ def test_a_strict_tool_under_auto_is_held_to_its_schema_once_the_model_calls_it(
     model opens it (a triggered grammar): the model, shown calls with the wrong key, copies that key for a
     plain tool and writes the schema's key for the strict one. The recorded mask: ``<tool_call>`` is the
     model's choice (1), the rest of the opening and the closing are forced (0), and with
-    ``parallel_tool_calls: false`` so is the end of sequence after the one call."""
+    ``parallel_tool_calls: false`` (which holds a plain tool's call envelope too) so is the end of sequence
+    after the one call."""
     url, store, tok = gateway
     for session, strict, parallel in (
         ("auto-strict", True, None),
         ("auto-plain", False, None),
         ("auto-strict-single", True, False),
+        ("auto-plain-single", False, False),
     ):
         _client(url, session).chat.completions.create(
             model="policy",
@@ -274,7 +276,15 @@ def test_a_strict_tool_under_auto_is_held_to_its_schema_once_the_model_calls_it(
     assert any("town" in a for a in plain_args if isinstance(a, dict)), plain_args
     for trace in store.list("auto-plain"):
         assert trace.completion_mask is None  # no grammar: every token sampled
-    for session, single in (("auto-strict", False), ("auto-strict-single", True)):
+    # parallel_tool_calls false holds even a plain tool's call envelope (not its arguments) and ends the
+    # reply after one call.
+    single_args = [a for t in store.list("auto-plain-single") for a in _arguments(t)]
+    assert any("town" in a for a in single_args if isinstance(a, dict)), single_args
+    for session, single in (
+        ("auto-strict", False),
+        ("auto-strict-single", True),
+        ("auto-plain-single", True),
+    ):
         for trace in store.list(session):
             _assert_mask_is_the_forced_text(trace, tok, opening=False, single=single)
 
