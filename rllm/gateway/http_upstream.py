@@ -13,13 +13,16 @@ The client never sees these extra fields: the gateway builds its reply from the 
 
 Tools are passed through: the server renders them with the model's chat template and parses calls with its
 own tool parser (vLLM needs ``--enable-auto-tool-choice --tool-call-parser NAME``; without it vLLM refuses
-any ``tool_choice`` but ``"none"`` with a 400, which the client gets). Under a forced ``tool_choice``
-(``"required"`` or a named function), the tokens of the text the request forced (the call format's
-literal pieces and the name; ``rllm.gateway.vllm_forcing`` says which) are recorded as not sampled
-(``completion_mask`` 0), as the local engine records its forced tokens. ``response_format`` and
-``parallel_tool_calls`` are passed through too (vLLM samples under its own structured-outputs grammar); a
-reply under a JSON ``response_format`` is recorded with every token not sampled (mask 0), since which
-tokens the server's grammar forced is not known here.
+any ``tool_choice`` but ``"none"`` with a 400, which the client gets). Where vLLM holds the calls to a
+grammar (a forced ``tool_choice``: ``"required"`` or a named function; or ``auto`` with a ``strict`` tool or
+``parallel_tool_calls: false``), the tokens of the text the request fixed (the call format's literal
+pieces and the name; ``rllm.gateway.vllm_forcing`` says which) are recorded as not sampled
+(``completion_mask`` 0), as the local engine records its forced tokens. ``response_format`` and ``strict``
+are passed through too (vLLM samples under its own structured-outputs grammar); a reply under a JSON
+``response_format`` is recorded with every token not sampled (mask 0), since which tokens the server's
+grammar forced is not known here. A JSON ``response_format`` with a forced ``tool_choice``, which vLLM would
+silently drop, is refused with a 400 (as the local engine refuses it). docs/gateway.md ("Who constrains
+what, on each upstream") lists what vLLM holds to a schema and what it does not.
 
 Routing: a session sticks to the worker that served its first call (its prefix cache stays warm for the
 next turn); a new session, or one whose worker is down, goes to the least-loaded healthy worker.
@@ -51,7 +54,7 @@ from typing import Any, Literal
 import aiohttp
 
 from rllm.gateway.upstreams import UpstreamChoice, UpstreamError, UpstreamRequest, UpstreamResult
-from rllm.gateway.vllm_forcing import forced_reply_mask
+from rllm.gateway.vllm_forcing import forced_reply_mask, tool_grammar
 from rllm.inference.base import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -78,13 +81,16 @@ class Worker:
         return self.base_url.removesuffix("/").removesuffix("/v1")
 
 
-def _forces_a_call(request: UpstreamRequest) -> bool:
-    """Whether vLLM constrains this chat call's output to tool calls: a ``tool_choice`` of ``"required"``
-    or a named function, with tools (``rllm.gateway.vllm_forcing`` reads which tokens it forced)."""
-    choice = request.tool_choice
-    return bool(request.endpoint == "chat.completions" and request.tools) and (
-        choice == "required" or isinstance(choice, dict)
-    )
+def _tool_grammar(request: UpstreamRequest) -> str | None:
+    """How vLLM holds this call's tool calls to a grammar (``rllm.gateway.vllm_forcing.tool_grammar``)."""
+    if request.endpoint != "chat.completions":
+        return None
+    return tool_grammar(request.tools, request.tool_choice, request.parallel_tool_calls)
+
+
+def _structured(request: UpstreamRequest) -> bool:
+    """Whether the reply is held to a JSON ``response_format`` (``json_object`` / ``json_schema``)."""
+    return (request.response_format or {}).get("type", "text") != "text"
 
 
 def _base_url(url: str) -> str:
@@ -403,16 +409,7 @@ class HTTPUpstream:
             body["seed"] = p.seed
         body.update(self._engine_sampling(p))
         if request.endpoint == "chat.completions":
-            body["messages"] = request.messages
-            if request.tools:
-                body["tools"] = request.tools
-            if request.tool_choice is not None:
-                body["tool_choice"] = request.tool_choice
-            if request.parallel_tool_calls is not None:
-                body["parallel_tool_calls"] = request.parallel_tool_calls
-            if request.response_format is not None:
-                body["response_format"] = request.response_format
-            body["logprobs"] = True
+            body.update(self._chat_fields(request))
         else:
             body["prompt"] = request.prompt
             body["logprobs"] = 1 if self.kind == "openai" else 0
@@ -423,6 +420,27 @@ class HTTPUpstream:
         elif self.kind == "sglang":
             body["return_prompt_token_ids"] = True
         return body
+
+    def _chat_fields(self, request: UpstreamRequest) -> dict[str, Any]:
+        """The chat request's own fields: messages, tools and how the reply is constrained."""
+        fields: dict[str, Any] = {"messages": request.messages, "logprobs": True}
+        if request.tools:
+            fields["tools"] = request.tools
+        if request.tool_choice is not None:
+            fields["tool_choice"] = request.tool_choice
+        if request.parallel_tool_calls is not None:
+            fields["parallel_tool_calls"] = request.parallel_tool_calls
+        if request.response_format is not None:
+            if self.kind == "vllm" and _structured(request) and _tool_grammar(request) == "forced":
+                # vLLM would drop the response_format ("structured outputs are ignored because
+                # tool_choice forces tool call"): refused, as the local engine refuses it.
+                raise UpstreamError(
+                    400,
+                    "response_format cannot be combined with a forced tool_choice (the reply is a tool "
+                    "call): send one of them, or tool_choice 'auto'",
+                )
+            fields["response_format"] = request.response_format
+        return fields
 
     def parse_response(
         self, data: dict[str, Any], request: UpstreamRequest, *, upstream: str
@@ -436,10 +454,12 @@ class HTTPUpstream:
             raw_choices[0].get("prompt_token_ids") if raw_choices else None
         )
         choices, trainable = [], self.trainable and prompt_ids is not None
-        forced = self.kind == "vllm" and _forces_a_call(request)
+        # Under a tool-call grammar vLLM forces the call's literal pieces; which tokens those are is read
+        # from the reply (rllm.gateway.vllm_forcing).
+        forced = self.kind == "vllm" and _tool_grammar(request) is not None
         # Under response_format the server samples under its own grammar: which tokens it forced is not
-        # known here and its logprobs may be renormalised over the allowed ones, so none is trained on.
-        structured = (request.response_format or {}).get("type", "text") != "text"
+        # known here and its logprobs are renormalised over the allowed ones, so none is trained on.
+        structured = _structured(request)
         for c in raw_choices:
             ids, lps, strings = _token_ids_and_logprobs(c, request.endpoint)
             if ids is None or lps is None or len(ids) != len(lps):
@@ -459,7 +479,13 @@ class HTTPUpstream:
                     completion_mask=(
                         [0] * len(ids)
                         if structured and ids
-                        else forced_reply_mask(strings, len(ids), request.tools, request.tool_choice)
+                        else forced_reply_mask(
+                            strings,
+                            len(ids),
+                            request.tools or [],
+                            request.tool_choice,
+                            request.parallel_tool_calls,
+                        )
                         if forced and ids
                         else None
                     ),

@@ -13,7 +13,7 @@ across gateway restarts and across the worker processes that share one store.
 Fields that change nothing about sampling (``user``, ``metadata``, ``store``, ``service_tier`` ...) are
 accepted; ``text.format`` (``json_object`` / ``json_schema``) becomes chat's ``response_format`` and
 ``strict`` function tools stay strict (both constrained by a grammar on the local engine,
-:mod:`rllm.gateway.structured`); fields the gateway would have to honour and cannot (built-in tools,
+:mod:`rllm.gateway.structured`, and by vLLM's structured outputs behind vLLM); fields the gateway would have to honour and cannot (built-in tools,
 ``conversation``, ``background``, reasoning effort, ``truncation: "auto"`` ...) are refused with a 400
 that names them, and so is any field this module does not know.
 """

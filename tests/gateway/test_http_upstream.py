@@ -281,3 +281,45 @@ def test_vllm_forced_tool_call_tokens_are_recorded_as_not_sampled() -> None:
         data, forced.model_copy(update={"tool_choice": "auto"}), upstream="u"
     ).choices
     assert free.completion_mask is None
+
+
+def test_vllm_structured_requests_are_passed_on_refused_or_masked() -> None:
+    """Toward vLLM: ``response_format`` and ``strict`` pass through as sent; ``response_format`` with a
+    forced ``tool_choice`` (which vLLM would silently drop) is refused; a reply under a JSON
+    ``response_format`` is recorded as not sampled, one under ``auto`` with a strict tool has its call's
+    forced text masked (``rllm.gateway.vllm_forcing``)."""
+    from rllm.gateway.upstreams import UpstreamError
+
+    upstream = HTTPUpstream(["http://127.0.0.1:1"], kind="vllm", model="m")
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "strict": True}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    base = UpstreamRequest(
+        endpoint="chat.completions",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[tool],
+        tool_choice="auto",
+        params=SamplingParams(max_tokens=8),
+    )
+    body = upstream.request_body(base.model_copy(update={"response_format": fmt}))
+    assert body["response_format"] == fmt and body["tools"] == [tool] and body["tool_choice"] == "auto"
+    with pytest.raises(UpstreamError, match="cannot be combined with a forced tool_choice") as err:
+        upstream.request_body(base.model_copy(update={"response_format": fmt, "tool_choice": "required"}))
+    assert err.value.status_code == 400
+
+    def reply(tokens: list[str]) -> dict:
+        content = [{"token": t, "logprob": -0.5} for t in tokens]
+        choice = {"index": 0, "message": {"content": "".join(tokens)}, "finish_reason": "stop"}
+        return {
+            "prompt_token_ids": [1, 2],
+            "choices": [{**choice, "token_ids": list(range(len(tokens))), "logprobs": {"content": content}}],
+        }
+
+    (json_choice,) = upstream.parse_response(
+        reply(['{"', "a", '": 1}', "<|im_end|>"]),
+        base.model_copy(update={"response_format": fmt}),
+        upstream="u",
+    ).choices
+    assert json_choice.completion_mask == [0, 0, 0, 0]
+    call = ["<tool_call>", '{"name": "f", "arguments": ', "{}", "}</tool_call>", " ok", "<|im_end|>"]
+    (auto,) = upstream.parse_response(reply(call), base, upstream="u").choices
+    assert auto.completion_mask == [1, 0, 1, 0, 1, 1]

@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from rllm.gateway.vllm_forcing import forced_reply_mask, forced_tool_choice_mask
+from rllm.gateway.vllm_forcing import forced_reply_mask, forced_tool_choice_mask, tool_grammar
 
 TOOLS = [
     {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}},
@@ -106,3 +106,74 @@ def test_without_a_string_per_token_nothing_is_trained(caplog: pytest.LogCapture
         assert forced_reply_mask(["<tool_call>"], 2, TOOLS, NAMED) == [0, 0]
     assert caplog.text.count("every token is recorded as not sampled") == 2
     assert forced_reply_mask(['<tool_call>{"name": "add", "arguments": ', "{}"], 2, TOOLS, NAMED) == [0, 1]
+
+
+STRICT = [
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}, "strict": True}},
+    TOOLS[1],
+]
+
+
+def test_which_requests_vllm_holds_to_a_tool_call_grammar() -> None:
+    assert tool_grammar(TOOLS, "required", None) == tool_grammar(TOOLS, NAMED, None) == "forced"
+    assert tool_grammar(STRICT, "auto", None) == tool_grammar(STRICT, None, None) == "triggered"
+    assert tool_grammar(TOOLS, "auto", False) == "triggered"  # one call at most: the envelope is held
+    assert tool_grammar(TOOLS, "auto", None) is None and tool_grammar(STRICT, "none", None) is None
+    assert tool_grammar(None, "auto", False) is None
+
+
+def test_under_auto_with_a_strict_tool_the_call_is_forced_once_the_model_opens_it() -> None:
+    """A triggered grammar: free text, ``<tool_call>`` the model's choice, the rest of the opening and the
+    closing forced, then free text again (recorded from vLLM 0.32 in tests/slow/test_vllm_structured.py)."""
+    tokens = [
+        ("Sure", 1),
+        ("<", 1),
+        ("tool", 1),
+        ("_", 1),
+        ("call", 1),
+        (">", 1),  # the trigger: the model chose to write it
+        ("\n", 1),
+        ('{"', 0),
+        ("name", 0),
+        ('":', 0),
+        (' "', 0),
+        ("add", 0),
+        ('",', 0),
+        (' "', 0),
+        ("arguments", 0),
+        ('":', 0),
+        (' {"', 1),
+        ("a", 1),
+        ('":', 1),
+        (" 1", 1),
+        ("}}", 1),  # straddles the arguments' end and the forced closing: sampled
+        ("\n", 0),
+        ("</", 0),
+        ("tool", 0),
+        ("_call>", 0),
+        (" Done", 1),  # free text again
+        ("<|im_end|>", 1),
+    ]
+    strings = [s for s, _ in tokens]
+    assert forced_tool_choice_mask(strings, STRICT, "auto") == [m for _, m in tokens]
+    # One call at most (parallel_tool_calls false): the grammar ends with it, so what follows is forced.
+    single = [*strings[:-2], "<|im_end|>"]
+    assert forced_tool_choice_mask(single, STRICT, "auto", False) == [m for _, m in tokens[:-2]] + [0]
+
+
+def test_under_auto_a_reply_without_a_call_is_all_sampled_and_a_cut_opening_is_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rllm.gateway.vllm_forcing"):
+        assert forced_tool_choice_mask(["Hello", " there"], STRICT, "auto") == [1, 1]
+        assert forced_tool_choice_mask(["Hi ", "<tool_call>", '{"na'], STRICT, "auto") == [1, 1, 1]
+    assert not caplog.text
+    with caplog.at_level(logging.WARNING, logger="rllm.gateway.vllm_forcing"):
+        assert forced_tool_choice_mask(["<tool_call>", "[1, 2]"], STRICT, "auto") == [0, 0]
+    assert "does not read as the hermes tool-call format" in caplog.text
+
+
+def test_required_with_one_call_at_most_forces_the_end() -> None:
+    strings = ['<tool_call>{"name": "add", "arguments": ', "{}", "}</tool_call>", "<|im_end|>"]
+    assert forced_tool_choice_mask(strings, TOOLS, "required", False) == [0, 1, 0, 0]
+    assert forced_tool_choice_mask(strings, TOOLS, "required") == [0, 1, 0, 1]
