@@ -5,8 +5,8 @@ task mix). Once two windows of ``monitor.drift.window`` steps exist, the recent 
 reference window (the one just before it, or the run's first) component by component:
 
 - ``reward``: the Kolmogorov-Smirnov statistic D of the per-episode rewards (``stats.ks_statistic``);
-- each per-episode metric the episodes report in both windows (``env/turns``, a flow's own ``signal/*``, ...),
-  under its own name: the same statistic of its values;
+- each per-episode metric the episodes report in both windows (``env/turns``, a flow's own ``signal/*``, ...;
+  not timings, ``*_s``), under its own name: the same statistic of its values;
 - ``task_mix``: the Jensen-Shannon divergence of the episodes' task-kind histograms (``data_source``).
 
 A component alerts when its score reaches ``threshold`` (and, for a KS statistic, its p-value is at most
@@ -36,15 +36,16 @@ class StepSample:
 
     @classmethod
     def of(cls, episodes: Iterable[Episode]) -> StepSample:
-        """The finished episodes' rewards, per-episode metrics and task kinds (``data_source``, else the
-        task id's prefix before its last '-')."""
+        """The finished episodes' rewards, per-episode metrics (timings, keys ending in ``_s``, left out)
+        and task kinds (``data_source``, else the task id's prefix before its last '-')."""
         sample = cls(rewards_N=[])
         for episode in episodes:
             if episode.failed:
                 continue
             sample.rewards_N.append(float(episode.reward or 0.0))
             for key, value in episode.metrics.items():
-                sample.env_metrics.setdefault(key, []).append(float(value))
+                if not key.endswith("_s"):  # a timing measures the machine, not the environment
+                    sample.env_metrics.setdefault(key, []).append(float(value))
             kind = episode.task.get("data_source") or episode.task_id.rsplit("-", 1)[0]
             sample.task_mix[str(kind)] += 1
         return sample
