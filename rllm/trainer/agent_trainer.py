@@ -439,6 +439,9 @@ class AgentTrainer:
         if self.journal is not None:
             summary = batch_summary(step, prepared, [keys[e.id] for e in batch_episodes], metrics)
             summary.update(sampled=len(keys), pad_id=self.engine.pad_id, caller_shapers=self._caller_shapers)
+            summary["temperature"] = (
+                self.cfg.rollout.temperature
+            )  # monitor.drift.adapt_temperature may change it
             self.journal.record_batch(step, summary)
 
     def _refill(
@@ -559,7 +562,12 @@ class AgentTrainer:
                         self.run_dir,
                         done,
                         self.backend,
-                        {"step": done, "eval_history": eval_history, **self._workflow_state()},
+                        {
+                            "step": done,
+                            "eval_history": eval_history,
+                            "monitors": self.monitors.state_dict(),
+                            **self._workflow_state(),
+                        },
                         keep=cfg.trainer.keep_checkpoints,
                     )
 
@@ -686,6 +694,7 @@ class AgentTrainer:
                 state = load_loop_state(resume_from)
                 start_step, eval_history = state["step"], state["eval_history"]
                 self._load_workflow_state(state)
+                self.monitors.load_state_dict(state.get("monitors"))
                 self._sync_weights("resume")
                 logger.info("resumed from %s at step %d", resume_from, start_step)
             elif cfg.eval.before:

@@ -15,6 +15,7 @@ import pytest
 from test_learning import TOKEN_ID, make_tiny_vocab_model
 
 from rllm.agents.base import Agent
+from rllm.cli.main import main
 from rllm.envs import Env, EnvStep, register_env, unregister_env
 from rllm.rewards.registry import register_reward, unregister_reward
 from rllm.runner.context import RolloutContext
@@ -84,7 +85,7 @@ def _records(run_dir: Path) -> list[dict[str, float]]:
 
 
 def test_drift_alert_fires_after_the_environment_changes_and_the_temperature_follows(
-    shifting_env: None, tiny_model_dir: Path, tmp_path: Path
+    shifting_env: None, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     steps = 7  # the rule changes after step 4; drift is seen at step 6; step 7 samples hotter
     cfg = load_config(
@@ -115,6 +116,7 @@ def test_drift_alert_fires_after_the_environment_changes_and_the_temperature_fol
             "monitor.drift.window=2",
             "monitor.drift.adapt_temperature=true",
             "monitor.drift.max_temperature=1.3",
+            "trainer.checkpoint_every=6",
         ],
     )
     trainer = AgentTrainer(cfg)
@@ -153,6 +155,12 @@ def test_drift_alert_fires_after_the_environment_changes_and_the_temperature_fol
         if r["monitor/drift/temperature_change"]
     ]
     assert run["temperature_changes"] == changes and changes[0] == [first, pytest.approx(1.1)]
+    # `rllm replay` recomputes the update of the step after checkpoint step_6 (sampled at 1.1) at the
+    # temperature it was trained at: bit for bit.
+    assert first == 6 and temperature[6] == pytest.approx(1.1)
+    assert main(["replay", str(result.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "(bit for bit)" in out and "7 of 7 step(s) equal" in out, out
 
 
 KEYWORD = "x0"

@@ -11,20 +11,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rllm.trainer.backends import backend_capabilities
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.checks import check_config
 from rllm.trainer.config import TrainConfig
-from rllm.trainer.monitor_config import DriftConfig, HackingConfig
-from rllm.trainer.monitors import DriftMonitor, HackingDetector, StepSample, replay_hacking
+from rllm.trainer.monitor_config import DriftConfig, HackingConfig, MonitorConfig
+from rllm.trainer.monitors import DriftMonitor, HackingDetector, Monitors, StepSample, replay_hacking
 from rllm.trainer.monitors.stats import (
     js_divergence,
     ks_statistic,
     repeated_ngram_share,
     same_answer_share,
 )
+from rllm.types import Episode, Step, Trajectory
 from rllm.utils.config import ConfigError, load_config
 
 DATA = Path(__file__).with_name("monitor_data")
@@ -172,7 +174,6 @@ def test_the_default_run_replayed_raises_no_alert() -> None:
     detector. It learns (reward 0.09 -> 1.0, held-out accuracy 3.5 % -> 88.5 %) and collapses its entropy and
     lengths as a converging policy does, but never hacks: no check may fire."""
     from rllm.trainer.monitors.stats import collapse_stats  # the same function the trainer calls
-    from rllm.types import Episode, Step, Trajectory
 
     records = [json.loads(line) for line in (DATA / "default_run_metrics.jsonl").read_text().splitlines()]
     with gzip.open(DATA / "default_run_replies.json.gz", "rt") as f:
@@ -219,3 +220,51 @@ def test_monitor_config_errors() -> None:
     cfg = _cfg("monitor.hacking.second_reward=numbr")
     with pytest.raises(UnsupportedConfigError, match="did you mean 'number'"):
         check_config(cfg, backend_capabilities(cfg.backend.name))
+
+
+# ----------------------------------------------------------------------------------------------- resume
+
+
+def _episodes(rng: random.Random, p_success: float) -> list[Episode]:
+    call = Step(prompt_ids=[0], response_ids=[1, 2, 3], logprobs=[0.0] * 3, response_text="three")
+    return [
+        Episode(
+            task_id=f"t{i % 4}",
+            reward=float(rng.random() < p_success),
+            trajectories=[Trajectory(steps=[call])],
+        )
+        for i in range(32)
+    ]
+
+
+def test_a_resumed_run_s_monitors_carry_on_where_they_were() -> None:
+    """The state a checkpoint keeps (through JSON) makes a resumed run's monitors say what an uninterrupted
+    run's say, and a raised temperature is applied again on loading."""
+    cfg = MonitorConfig(
+        drift=DriftConfig(enabled=True, window=2, adapt_temperature=True), hacking=HackingConfig(window=2)
+    )
+    rng = random.Random(3)
+    steps = [_episodes(rng, 0.1) for _ in range(4)] + [_episodes(rng, 0.9) for _ in range(5)]
+    evals = {0: 0.3, 3: 0.3, 6: 0.3, 9: 0.3}
+
+    def feed(monitors: Monitors, step: int) -> dict[str, float]:
+        metrics = {"reward/mean": float(np.mean([e.reward for e in steps[step - 1]]))}
+        metrics.update(monitors.observe(steps[step - 1]))
+        if step in evals:
+            metrics["eval/accuracy"] = evals[step]
+        return monitors.check(step, metrics)
+
+    uninterrupted = Monitors(cfg, temperature=1.0, set_temperature=lambda t: None)
+    first = Monitors(cfg, temperature=1.0, set_temperature=lambda t: None)
+    uninterrupted.check(0, {"eval/accuracy": evals[0]})
+    first.check(0, {"eval/accuracy": evals[0]})
+    expected = [feed(uninterrupted, s) for s in range(1, 10)]
+    got = [feed(first, s) for s in range(1, 7)]
+    applied: list[float] = []
+    resumed = Monitors(cfg, temperature=1.0, set_temperature=applied.append)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    got += [feed(resumed, s) for s in range(7, 10)]
+    assert got == expected
+    # Loading gives back the raised temperature of step 6; step 7 (no more drift) lowers it again.
+    assert expected[5]["monitor/drift/temperature"] == 1.1 and applied == [1.1, 1.0]
+    assert any(m.get("monitor/hacking/alert/reward_vs_eval") for m in expected)

@@ -104,6 +104,26 @@ class Monitors:
         self._sample: StepSample | None = None
         self._drift_alert = False
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the checkpoint keeps, so a resumed run's monitors carry on where they were (JSON)."""
+        return {
+            "drift": self.drift.state_dict() if self.drift is not None else None,
+            "hacking": self.hacking.state_dict() if self.hacking is not None else None,
+            "drift_alert": self._drift_alert,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
+        """Take back a checkpoint's state (a checkpoint from before the monitors, or from a run that had one
+        of them off, leaves that one starting afresh); a raised temperature is applied again."""
+        state = state or {}
+        if self.drift is not None and state.get("drift"):
+            self.drift.load_state_dict(state["drift"])
+            self._drift_alert = bool(state.get("drift_alert"))
+            if self.cfg.drift.adapt_temperature and self.drift.temperature != self.drift.base_temperature:
+                self._set_temperature(self.drift.temperature)
+        if self.hacking is not None and state.get("hacking"):
+            self.hacking.load_state_dict(state["hacking"])
+
     def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
         """The statistics of a step's episodes the checks read (collapse, the second reward); the drift
         monitor's sample of them is kept for :meth:`check`."""

@@ -17,8 +17,9 @@ also says which rollout temperature the next step samples at (:meth:`DriftMonito
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rllm.trainer.monitor_config import DriftConfig
 from rllm.trainer.monitors.stats import js_divergence, ks_statistic
@@ -33,6 +34,9 @@ class StepSample:
     rewards_N: list[float]
     env_metrics: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per episode
     task_mix: Counter[str] = field(default_factory=Counter)  # task kind -> episodes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rewards_N": self.rewards_N, "env_metrics": self.env_metrics, "task_mix": dict(self.task_mix)}
 
     @classmethod
     def of(cls, episodes: Iterable[Episode]) -> StepSample:
@@ -77,6 +81,24 @@ class DriftMonitor:
         self._start: list[StepSample] = []  # reference=start: the run's first window
         self._recent: deque[StepSample] = deque(maxlen=2 * cfg.window)
         self._seen = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The windows and the temperature, for a resumed run (JSON)."""
+        return {
+            "start": [s.to_json() for s in self._start],
+            "recent": [s.to_json() for s in self._recent],
+            "seen": self._seen,
+            "temperature": self.temperature,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        def sample(d: Mapping[str, Any]) -> StepSample:
+            return StepSample(list(d["rewards_N"]), dict(d["env_metrics"]), Counter(d["task_mix"]))
+
+        self._start = [sample(d) for d in state["start"]]
+        self._recent = deque((sample(d) for d in state["recent"]), maxlen=2 * self.cfg.window)
+        self._seen = int(state["seen"])
+        self.temperature = float(state["temperature"])
 
     def update(self, sample: StepSample) -> DriftReport | None:
         """Add a step; its comparison once both windows are full, else None."""

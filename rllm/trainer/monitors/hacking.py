@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,27 @@ class HackingDetector:
         self._low_entropy = 0
         self._state: dict[str, bool] = dict.fromkeys(CHECKS, False)
         self._reasons: dict[str, str] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to go on judging as an uninterrupted one would (JSON)."""
+        return {
+            "rewards": sorted(self.rewards.items()),
+            "second": sorted(self.second.items()),
+            "evals": self.evals,
+            "lengths": self.lengths,
+            "low_entropy": self._low_entropy,
+            "state": self._state,
+            "reasons": self._reasons,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.rewards = {int(s): float(v) for s, v in state["rewards"]}
+        self.second = {int(s): float(v) for s, v in state["second"]}
+        self.evals = [(int(s), float(v)) for s, v in state["evals"]]
+        self.lengths = [float(v) for v in state["lengths"]]
+        self._low_entropy = int(state["low_entropy"])
+        self._state = {name: bool(state["state"].get(name, False)) for name in CHECKS}
+        self._reasons = dict(state["reasons"])
 
     def update(self, step: int, metrics: Mapping[str, float]) -> HackingReport:
         """Take ``step``'s metrics (a training step's, with its eval if one ran; or an eval's alone)."""
