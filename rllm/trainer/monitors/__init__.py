@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from rllm.rewards.registry import get_reward, reward_names
-from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.monitor_config import DriftConfig, HackingConfig, MonitorConfig
 from rllm.trainer.monitors.drift import DriftMonitor, DriftReport, StepSample
 from rllm.trainer.monitors.hacking import CHECKS, HackingDetector, HackingReport
@@ -51,6 +50,8 @@ ADAPTS_TEMPERATURE = ("local",)
 
 def check_monitor_config(cfg: Any) -> None:
     """Refuse, at start-up, the ``monitor.*`` settings this run cannot honour. One line per problem."""
+    from rllm.trainer.backends.base import UnsupportedConfigError  # it loads torch; this package must not
+
     d, h, r = cfg.monitor.drift, cfg.monitor.hacking, cfg.rollout
     if h.enabled and h.second_reward is not None and h.second_reward not in reward_names():
         raise UnsupportedConfigError(
