@@ -439,9 +439,8 @@ class AgentTrainer:
         if self.journal is not None:
             summary = batch_summary(step, prepared, [keys[e.id] for e in batch_episodes], metrics)
             summary.update(sampled=len(keys), pad_id=self.engine.pad_id, caller_shapers=self._caller_shapers)
-            summary["temperature"] = (
-                self.cfg.rollout.temperature
-            )  # monitor.drift.adapt_temperature may change it
+            # The step's sampling temperature (monitor.drift.adapt_temperature may change it): replay uses it.
+            summary["temperature"] = self.cfg.rollout.temperature
             self.journal.record_batch(step, summary)
 
     def _refill(

@@ -71,8 +71,8 @@ class HackingConfig(_Section):
     )
     max_check_rise: float = Field(
         0.0,
-        description="... while the independent check (held-out eval accuracy, the second reward) rises by at "
-        "most this.",
+        description="A disagreement needs the independent check (held-out eval accuracy, the second reward) to rise "
+        "by at most this while the training reward rose by min_reward_rise.",
     )
     second_reward: str | None = Field(
         None,
@@ -82,9 +82,12 @@ class HackingConfig(_Section):
     entropy_floor: float = Field(
         0.005,
         ge=0,
-        description="Collapse: the policy's entropy (train/entropy, nats per token) at or below this...",
+        description="Collapse: alert when train/entropy (nats per token) stays at or below this for "
+        "entropy_patience updates in a row.",
     )
-    entropy_patience: int = Field(3, ge=1, description="... for this many consecutive updates.")
+    entropy_patience: int = Field(
+        3, ge=1, description="Collapse: updates in a row at or below entropy_floor before the entropy alert."
+    )
     same_answer_max: float = Field(
         0.75,
         gt=0,
