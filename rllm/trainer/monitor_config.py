@@ -116,10 +116,19 @@ class MonitorConfig(_Section):
     hacking: HackingConfig = Field(default_factory=HackingConfig)
 
     @model_validator(mode="after")
-    def _adaptation_needs_the_monitor(self) -> MonitorConfig:
+    def _no_settings_for_a_monitor_that_is_off(self) -> MonitorConfig:
+        """A key of a monitor that is off would do nothing: refused, not ignored."""
         d = self.drift
         if d.adapt_temperature and not d.enabled:
             raise ValueError(
                 "monitor.drift.adapt_temperature=true needs the drift monitor: set monitor.drift.enabled=true"
             )
+        for name, section in (("drift", self.drift), ("hacking", self.hacking)):
+            unused = sorted(section.model_fields_set - {"enabled"})
+            if not section.enabled and unused:
+                keys = ", ".join(f"monitor.{name}.{key}" for key in unused)
+                raise ValueError(
+                    f"{keys} set, but monitor.{name}.enabled=false: set monitor.{name}.enabled=true or drop "
+                    f"{'it' if len(unused) == 1 else 'them'}"
+                )
         return self

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rllm.rewards.registry import register_reward, unregister_reward
 from rllm.trainer.backends import backend_capabilities
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.checks import check_config
@@ -26,7 +27,7 @@ from rllm.trainer.monitors.stats import (
     repeated_ngram_share,
     same_answer_share,
 )
-from rllm.types import Episode, Step, Trajectory
+from rllm.types import Episode, Outcome, Step, Trajectory
 from rllm.utils.config import ConfigError, load_config
 
 DATA = Path(__file__).with_name("monitor_data")
@@ -217,6 +218,15 @@ def test_temperature_adaptation_is_refused_where_the_ratio_would_be_wrong(
 def test_monitor_config_errors() -> None:
     with pytest.raises(ConfigError, match="needs the drift monitor"):
         _cfg("monitor.drift.adapt_temperature=true")
+    with pytest.raises(
+        ConfigError,
+        match="monitor.drift.threshold, monitor.drift.window set, but monitor.drift.enabled=false",
+    ):
+        _cfg("monitor.drift.window=8", "monitor.drift.threshold=0.3")
+    with pytest.raises(
+        ConfigError, match="monitor.hacking.second_reward set, but monitor.hacking.enabled=false"
+    ):
+        _cfg("monitor.hacking.enabled=false", "monitor.hacking.second_reward=math")
     cfg = _cfg("monitor.hacking.second_reward=numbr")
     with pytest.raises(UnsupportedConfigError, match="did you mean 'number'"):
         check_config(cfg, backend_capabilities(cfg.backend.name))
@@ -226,12 +236,16 @@ def test_monitor_config_errors() -> None:
 
 
 def _episodes(rng: random.Random, p_success: float) -> list[Episode]:
-    call = Step(prompt_ids=[0], response_ids=[1, 2, 3], logprobs=[0.0] * 3, response_text="three")
+    """32 episodes of 4 tasks; task k's reply is "answer k"."""
+
+    def call(k: int) -> Step:
+        return Step(prompt_ids=[0], response_ids=[1, 2, 3], logprobs=[0.0] * 3, response_text=f"answer {k}")
+
     return [
         Episode(
             task_id=f"t{i % 4}",
             reward=float(rng.random() < p_success),
-            trajectories=[Trajectory(steps=[call])],
+            trajectories=[Trajectory(steps=[call(i % 4)])],
         )
         for i in range(32)
     ]
@@ -268,3 +282,23 @@ def test_a_resumed_run_s_monitors_carry_on_where_they_were() -> None:
     # Loading gives back the raised temperature of step 6; step 7 (no more drift) lowers it again.
     assert expected[5]["monitor/drift/temperature"] == 1.1 and applied == [1.1, 1.0]
     assert any(m.get("monitor/hacking/alert/reward_vs_eval") for m in expected)
+
+
+def test_a_second_reward_that_fails_on_a_reply_loses_that_point_not_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def picky(task: dict[str, Any], reply: str) -> Outcome:
+        if reply.endswith("3"):
+            raise ValueError("cannot parse")
+        return Outcome(reward=float(reply.endswith("1")))
+
+    register_reward("tests_picky", picky)
+    try:
+        cfg = MonitorConfig(hacking=HackingConfig(second_reward="tests_picky"))
+        monitors = Monitors(cfg, temperature=1.0, set_temperature=lambda t: None)
+        out = monitors.observe(_episodes(random.Random(0), 0.5))  # replies "answer 0" .. "answer 3"
+    finally:
+        unregister_reward("tests_picky")
+    assert out["monitor/hacking/second_reward"] == pytest.approx(1 / 3)  # 8 of the 24 it could score
+    (line,) = [r.getMessage() for r in caplog.records if "second_reward" in r.getMessage()]
+    assert "could not score 8 of 32 replies" in line and "cannot parse" in line

@@ -189,14 +189,21 @@ class Monitors:
         """The second reward of each finished episode's final reply; a reply it cannot score is left out
         (with a warning), never a reason to stop training."""
         assert self.second_reward is not None
-        scores = []
+        scores, failures = [], []
         for episode in episodes:
             if episode.failed:
                 continue
             try:
                 scores.append(float(self.second_reward(episode.task, final_reply(episode)).reward))
             except Exception as exc:  # noqa: BLE001 - a verifier's own failure loses one point, not the run
-                logger.warning("monitor.hacking.second_reward failed on task %s: %s", episode.task_id, exc)
+                failures.append(f"task {episode.task_id}: {exc}")
+        if failures:  # one line per step, not one per reply
+            logger.warning(
+                "monitor.hacking.second_reward could not score %d of %d replies (first: %s)",
+                len(failures),
+                len(failures) + len(scores),
+                failures[0],
+            )
         return scores
 
 
