@@ -117,14 +117,19 @@ class MonitorConfig(_Section):
 
     @model_validator(mode="after")
     def _no_settings_for_a_monitor_that_is_off(self) -> MonitorConfig:
-        """A key of a monitor that is off would do nothing: refused, not ignored."""
+        """A key of a monitor that is off, set to anything but its default, would do nothing: refused."""
         d = self.drift
         if d.adapt_temperature and not d.enabled:
             raise ValueError(
                 "monitor.drift.adapt_temperature=true needs the drift monitor: set monitor.drift.enabled=true"
             )
         for name, section in (("drift", self.drift), ("hacking", self.hacking)):
-            unused = sorted(section.model_fields_set - {"enabled"})
+            # Compared with the defaults, not with the keys given: a run's config.yaml spells out every key.
+            unused = sorted(
+                key
+                for key, field in type(section).model_fields.items()
+                if key != "enabled" and getattr(section, key) != field.default
+            )
             if not section.enabled and unused:
                 keys = ", ".join(f"monitor.{name}.{key}" for key in unused)
                 raise ValueError(

@@ -227,6 +227,7 @@ def test_monitor_config_errors() -> None:
         ConfigError, match="monitor.hacking.second_reward set, but monitor.hacking.enabled=false"
     ):
         _cfg("monitor.hacking.enabled=false", "monitor.hacking.second_reward=math")
+    _cfg("monitor.drift.window=4")  # the default: says nothing, as a run's config.yaml spells out every key
     cfg = _cfg("monitor.hacking.second_reward=numbr")
     with pytest.raises(UnsupportedConfigError, match="did you mean 'number'"):
         check_config(cfg, backend_capabilities(cfg.backend.name))
