@@ -93,12 +93,15 @@ class StoreReader:
                     "SELECT name FROM metric_keys WHERE run = ? ORDER BY name", (row[0],)
                 )
             ]
+            alerts, temperatures = _alerts(conn, row[0])
         out = self._run_dict(row[:13])
         out.update(
             config=json.loads(row[13]),
             code_version=row[14],
             summary=None if row[15] is None else json.loads(row[15]),
             metric_keys=keys,
+            alerts=alerts,
+            temperature_changes=temperatures,
         )
         return out
 
@@ -367,6 +370,43 @@ def _series(
             (key_id, after, first, max(1, math.ceil((last[0] - first + 1) / max_points))),
         ).fetchall()
     return points if points[-1][0] == last[0] else [*points, last]
+
+
+def _alerts(conn: sqlite3.Connection, run_seq: int) -> tuple[list[dict[str, Any]], list[list[float]]]:
+    """The run's monitor alerts, from the ``monitor/<monitor>/alert[/<check>]`` metrics (1 while an alert
+    holds; ``rllm.trainer.monitors``): for each, the steps it held at (first, last, how many) and whether it
+    holds at the last step logged. And the drift monitor's temperature changes, ``[[step, temperature]]``."""
+    rows = conn.execute(
+        "SELECT k.name, MIN(m.step), MAX(m.step), COUNT(m.step), (SELECT l.value FROM metrics l "
+        "WHERE l.key_id = k.key_id ORDER BY l.step DESC LIMIT 1) FROM metric_keys k "
+        "JOIN metrics m ON m.key_id = k.key_id AND m.value > 0 "
+        "WHERE k.run = ? AND k.name >= 'monitor/' AND k.name < 'monitor0' GROUP BY k.key_id ORDER BY k.name",
+        (run_seq,),
+    ).fetchall()
+    alerts = []
+    for name, first, last, count, latest in rows:
+        parts = name.split("/")  # monitor/<monitor>/alert[/<check>]
+        if len(parts) not in (3, 4) or parts[2] != "alert":
+            continue
+        alerts.append(
+            {
+                "key": name,
+                "monitor": parts[1],
+                "check": parts[3] if len(parts) == 4 else None,
+                "first_step": first,
+                "last_step": last,
+                "steps": count,
+                "active": bool(latest and latest > 0),
+            }
+        )
+    changes = conn.execute(
+        "SELECT c.step, t.value FROM metric_keys kc JOIN metrics c ON c.key_id = kc.key_id AND c.value != 0 "
+        "JOIN metric_keys kt ON kt.run = kc.run AND kt.name = 'monitor/drift/temperature' "
+        "JOIN metrics t ON t.key_id = kt.key_id AND t.step = c.step "
+        "WHERE kc.run = ? AND kc.name = 'monitor/drift/temperature_change' ORDER BY c.step",
+        (run_seq,),
+    ).fetchall()
+    return alerts, [[step, value] for step, value in changes]
 
 
 def _has_tables(conn: sqlite3.Connection) -> bool:

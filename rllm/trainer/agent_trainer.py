@@ -45,6 +45,7 @@ from rllm.trainer.checks import check_config, check_flow_roles
 from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_adapters, tracker_options
 from rllm.trainer.distill import Teacher, build_teacher
 from rllm.trainer.engines import build_engine
+from rllm.trainer.monitors import Monitors
 from rllm.trainer.project import config_tasks, load_flow
 from rllm.trainer.recovery import batch_summary, journaled_jobs
 from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, try_plot
@@ -178,6 +179,9 @@ class AgentTrainer:
             seed=cfg.trainer.seed,
         )
         self.eval_sampling = SamplingParams(temperature=0.0, max_tokens=cfg.eval.max_tokens)
+        self.monitors = Monitors(
+            cfg.monitor, temperature=r.temperature, set_temperature=self._set_temperature
+        )
         workflow = self.workflow
         if self.agent_flow is not None:
             workflow = self._start_gateway()
@@ -328,6 +332,7 @@ class AgentTrainer:
                 self._sync_step(step)
             # 5. Log: the episodes' rewards, lengths and outcomes (after shaping, which adds shaping/*).
             metrics.update(episode_metrics(episodes))
+            metrics.update(self.monitors.observe(episodes))  # what the drift and hacking checks read
             if self.run_store is not None:  # written with this step's metrics, in one transaction
                 self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
         return metrics
@@ -341,6 +346,13 @@ class AgentTrainer:
         if self.teacher is not None and not prepared.empty:
             metrics.update(self._distill(prepared))
         return prepared
+
+    def _set_temperature(self, temperature: float) -> None:
+        """Drift adaptation (``monitor.drift.adapt_temperature``): the next steps sample at ``temperature``, and
+        the loss's logprobs are computed at it too (the local backend reads ``cfg.rollout.temperature`` at each
+        pass), so the PPO ratio stays one between two policies at the same temperature."""
+        self.cfg.rollout.temperature = temperature
+        self.train_sampling = self.train_sampling.model_copy(update={"temperature": temperature})
 
     def _sync_step(self, step: int) -> None:
         """Sync after ``step``'s update; in async mode also tell the producer (which, without partial
@@ -427,6 +439,8 @@ class AgentTrainer:
         if self.journal is not None:
             summary = batch_summary(step, prepared, [keys[e.id] for e in batch_episodes], metrics)
             summary.update(sampled=len(keys), pad_id=self.engine.pad_id, caller_shapers=self._caller_shapers)
+            # The step's sampling temperature (monitor.drift.adapt_temperature may change it): replay uses it.
+            summary["temperature"] = self.cfg.rollout.temperature
             self.journal.record_batch(step, summary)
 
     def _refill(
@@ -537,6 +551,8 @@ class AgentTrainer:
                     ev = self.evaluate(done)
                     eval_history.append({"step": done, **ev})
                     metrics.update(ev)
+                # The monitors' verdicts on the step (and its eval): alerts, drift scores, temperature.
+                metrics.update(self.monitors.check(done, metrics))
                 metrics_logger.log(done, metrics)
                 if (
                     cfg.trainer.checkpoint_every and done % cfg.trainer.checkpoint_every == 0
@@ -545,7 +561,12 @@ class AgentTrainer:
                         self.run_dir,
                         done,
                         self.backend,
-                        {"step": done, "eval_history": eval_history, **self._workflow_state()},
+                        {
+                            "step": done,
+                            "eval_history": eval_history,
+                            "monitors": self.monitors.state_dict(),
+                            **self._workflow_state(),
+                        },
                         keep=cfg.trainer.keep_checkpoints,
                     )
 
@@ -677,12 +698,13 @@ class AgentTrainer:
                 state = load_loop_state(resume_from)
                 start_step, eval_history = state["step"], state["eval_history"]
                 self._load_workflow_state(state)
+                self.monitors.load_state_dict(state.get("monitors"))
                 self._sync_weights("resume")
                 logger.info("resumed from %s at step %d", resume_from, start_step)
             elif cfg.eval.before:
                 ev = self.evaluate(0)
                 eval_history.append({"step": 0, **ev})
-                metrics_logger.log(0, ev)
+                metrics_logger.log(0, {**ev, **self.monitors.check(0, ev)})
             if cfg.rollout.max_staleness > 0:
                 self._loop.run(self._run_steps_async(start_step, eval_history, metrics_logger))
             else:

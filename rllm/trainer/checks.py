@@ -27,6 +27,7 @@ from rllm.trainer.backends import BACKENDS
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.engines import ENGINES, engine_capabilities
+from rllm.trainer.monitors import check_monitor_config
 from rllm.utils.config import did_you_mean
 from rllm.utils.metrics import SINKS
 
@@ -49,6 +50,7 @@ def check_config(cfg: TrainConfig, capabilities: Any) -> None:
     _check_store_and_loggers(cfg)
     _check_async(cfg)
     _check_distill(cfg)
+    check_monitor_config(cfg)
 
 
 def _check_distill(cfg: TrainConfig) -> None:

@@ -31,6 +31,7 @@ from rllm.envs.registry import ENVS
 from rllm.tools.named import tool_names
 from rllm.trainer.backends import BACKENDS
 from rllm.trainer.engines import ENGINES
+from rllm.trainer.monitor_config import MonitorConfig
 from rllm.types import DEFAULT_ADAPTER
 from rllm.utils.config import did_you_mean, unknown_name
 from rllm.utils.metrics import SINKS
@@ -892,6 +893,8 @@ class TrainConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    # The drift monitor and the reward-hacking detector (rllm.trainer.monitors, docs/monitoring.md).
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     roles: dict[str, RoleConfig] = Field(
         default_factory=dict,
         json_schema_extra={"key_name": "role"},  # --help-config lists roles.<role>.adapter, roles.<role>.lr

@@ -284,6 +284,10 @@ def check_update(
     if prepared.empty or record.get("loss") is None:
         verdict.notes.append("the step skipped its update (no group with signal): no loss to check")
         return
+    if record.get("temperature") is not None:  # the step's own (monitor.drift.adapt_temperature changes it)
+        cfg = cfg.model_copy(
+            update={"rollout": cfg.rollout.model_copy(update={"temperature": record["temperature"]})}
+        )
     out = recompute_update(cfg, prepared, checkpoint, record.get("pad_id", 0), model_path=model_path)
     for name, key in (("loss", "train/loss"), ("grad_norm", "train/grad_norm")):
         recorded, again = float(record[name]), float(out[key])

@@ -12,6 +12,7 @@ import pytest
 from rllm.trainer import agent_trainer
 from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.config import TrainConfig
+from rllm.trainer.monitors import CHECKS
 from rllm.types import TerminationReason
 from rllm.utils.config import load_config
 
@@ -68,6 +69,10 @@ _UPDATE = {
 _AFTER = {"time/train_s", "time/sync_s", "time/step_s", "time/eta_s"}
 _EVAL = {"eval/accuracy", "eval/reward", "eval/n", "eval/failed", "eval/response_len", "eval/time_s"}
 _TERMINATION = {f"termination/{reason.value}" for reason in TerminationReason}
+# The reward-hacking detector's verdicts (on by default; docs/monitoring.md). Its statistics of the replies
+# (monitor/hacking/same_answer, monitor/hacking/repetition) appear when the step has something to measure.
+_MONITOR = {"monitor/hacking/alert", *(f"monitor/hacking/alert/{check}" for check in CHECKS)}
+_MONITOR_STATS = {"monitor/hacking/same_answer", "monitor/hacking/repetition"}
 
 
 def _one_step(tiny_model_dir: Path, tmp_path: Path, *overrides: str) -> dict[str, float]:
@@ -102,7 +107,7 @@ def _one_step(tiny_model_dir: Path, tmp_path: Path, *overrides: str) -> dict[str
 
 def _split_termination(keys: set[str]) -> tuple[set[str], set[str]]:
     termination = {k for k in keys if k.startswith("termination/")}
-    return keys - termination, termination
+    return keys - termination - _MONITOR_STATS, termination
 
 
 def test_a_step_that_updates_logs_the_same_metric_keys_as_before(
@@ -110,10 +115,8 @@ def test_a_step_that_updates_logs_the_same_metric_keys_as_before(
 ) -> None:
     line = _one_step(tiny_model_dir, tmp_path, "algorithm.filters.drop_zero_variance=false")
     keys, termination = _split_termination(set(line))
-    assert keys == _ROLLOUT | _FILTER | _UPDATE | _AFTER | _EVAL, (
-        f"missing {sorted((_ROLLOUT | _FILTER | _UPDATE | _AFTER | _EVAL) - keys)}, "
-        f"new {sorted(keys - (_ROLLOUT | _FILTER | _UPDATE | _AFTER | _EVAL))}"
-    )
+    expected = _ROLLOUT | _FILTER | _UPDATE | _AFTER | _EVAL | _MONITOR
+    assert keys == expected, f"missing {sorted(expected - keys)}, new {sorted(keys - expected)}"
     assert termination and termination <= _TERMINATION
     assert sum(line[k] for k in termination) == pytest.approx(1.0)
     # The stages' times are parts of the step's, and the rates come from them.
@@ -128,7 +131,7 @@ def test_a_step_without_signal_logs_the_skip_and_no_update_metrics(
     # One attempt per task: every group has zero variance, so the filter drops them all.
     line = _one_step(tiny_model_dir, tmp_path, "rollout.group_size=1", "algorithm.advantage=reinforce")
     keys, _ = _split_termination(set(line))
-    assert keys == _ROLLOUT | _FILTER | {"train/skipped"} | _AFTER | _EVAL
+    assert keys == _ROLLOUT | _FILTER | {"train/skipped"} | _AFTER | _EVAL | _MONITOR
     assert line["train/skipped"] == 1.0 and line["filter/groups_kept"] == 0.0
 
 

@@ -72,6 +72,7 @@ function drawHeader(el, run, activeTab) {
     h("div", { class: "page-head" },
       h("h1", {}, run.name || run.id, " ", statusBadge(run.status)),
       h("span", { class: "muted mono small" }, run.id)),
+    alertBadges(run),
     h("div", { class: "facts" },
       fact("Kind", run.kind),
       fact("Model", run.model || "—", run.model),
@@ -90,6 +91,28 @@ function drawHeader(el, run, activeTab) {
     h("nav", { class: "tabs" }, TABS.map(([id, label]) => h("a", {
       href: `#/runs/${enc(run.id)}${id === "charts" ? "" : `/${id}`}`, class: `tab${id === activeTab ? " active" : ""}`,
     }, label))));
+}
+
+/** The monitors' alerts (docs/monitoring.md): a badge per monitor that alerted, with its checks and the
+ * drift monitor's temperature changes in the tooltip. Read from the monitor/<name>/alert metrics. */
+function alertBadges(run) {
+  const alerts = run.alerts || [];
+  const monitors = alerts.filter((a) => a.check === null);
+  if (!monitors.length) return null;
+  const label = { drift: "drift", hacking: "reward hacking?" };
+  const steps = (a) => (a.first_step === a.last_step ? `step ${a.first_step}` : `steps ${a.first_step}–${a.last_step}`);
+  return h("div", { class: "alerts", testid: "run-alerts" }, monitors.map((a) => {
+    const lines = alerts.filter((c) => c.monitor === a.monitor && c.check)
+      .map((c) => `${c.check}: ${steps(c)}${c.active ? " (now)" : ""}`);
+    if (a.monitor === "drift") {
+      lines.push(...(run.temperature_changes || []).map(([step, t]) => `temperature ${fmtNum(t)} from step ${step + 1}`));
+    }
+    return h("span", {
+      class: `alert-badge${a.active ? " alert-active" : ""}`,
+      testid: `alert-${a.monitor}`,
+      title: [...lines, `metric ${a.key}; see docs/monitoring.md`].join("\n"),
+    }, `⚠ ${label[a.monitor] || a.monitor}: ${steps(a)}${a.active ? ", now" : ""}`);
+  }));
 }
 
 function chartsTab(el, run, isRunning) {
