@@ -14,12 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.cache_utils import DynamicCache
 
-from rllm.algorithms.losses import (
-    LossConfig,
-    aggregate_loss,
-    compute_policy_loss,
-    entropy_from_logits,
-)
+from rllm.algorithms.logprobs import chunked_token_logprobs
+from rllm.algorithms.losses import LossConfig, aggregate_loss, compute_policy_loss
 from rllm.inference.local import left_pad, pick_device
 from rllm.trainer.backends._adapters import RoleAdapters
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
@@ -209,29 +205,28 @@ class LocalBackend(TrainingBackend):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         mask = t["loss_mask"][:, 1:].bool()
         with self._autocast():
-            if (
-                self.cfg.backend.share_prefix
-                and (hidden_N := self._shared_prefix_hidden(base, t)) is not None
-            ):
-                logits = base.get_output_embeddings()(hidden_N)
-            else:
+            hidden_N = self._shared_prefix_hidden(base, t) if self.cfg.backend.share_prefix else None
+            if hidden_N is None:
                 hidden = base.get_decoder()(
                     input_ids=t["input_ids"], attention_mask=t["attention_mask"], use_cache=False
                 ).last_hidden_state
-                logits = base.get_output_embeddings()(hidden[:, :-1][mask])
-        logits = logits.float()
-        temperature = self.cfg.rollout.temperature or 1.0
-        if temperature != 1.0:
-            logits = logits / temperature
-        targets = t["input_ids"][:, 1:][mask]
-        lp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=-1)
+                hidden_N = hidden[:, :-1][mask]
+        # The projection to the vocabulary, a chunk of tokens at a time (backend.logprob_chunk_tokens): the
+        # float32 [tokens x vocab] logits are the largest tensors of the step (rllm.algorithms.logprobs).
+        lp, ent = chunked_token_logprobs(
+            base.get_output_embeddings(),
+            hidden_N,
+            t["input_ids"][:, 1:][mask],
+            temperature=self.cfg.rollout.temperature or 1.0,
+            chunk_tokens=self.cfg.backend.logprob_chunk_tokens,
+            with_entropy=with_entropy,
+            autocast=self._autocast,
+        )
         index = mask.nonzero(as_tuple=True)
         logprobs_BT = torch.zeros(mask.shape, dtype=lp.dtype, device=lp.device).index_put(index, lp)
         entropy_BT = None
-        if with_entropy:
-            with torch.no_grad():
-                ent = entropy_from_logits(logits.detach().unsqueeze(0))[0]
-                entropy_BT = torch.zeros(mask.shape, dtype=ent.dtype, device=ent.device).index_put(index, ent)
+        if ent is not None:
+            entropy_BT = torch.zeros(mask.shape, dtype=ent.dtype, device=ent.device).index_put(index, ent)
         return logprobs_BT, entropy_BT
 
     def _shared_prefix_hidden(self, base: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor | None:
