@@ -1,7 +1,7 @@
 """Peak memory of one training forward/backward against the trained tokens of a micro-batch, with the
 logprobs computed in chunks of tokens (``backend.logprob_chunk_tokens``) and all at once (0), side by side.
 
-Each micro-batch has ``rows`` rows of a 32-token prompt and a ``--response``-token answer (trained), so the
+Each micro-batch has ``rows`` rows of a ``--prompt``-token prompt and a ``--response``-token answer (trained), so the
 trained tokens grow with the rows while attention stays the same per row. Per size and mode it prints:
 
 - the most bytes torch held allocated at once during ``forward_backward`` (torch.profiler's memory events:
@@ -30,16 +30,14 @@ from rllm.trainer.profiler import GB, MemoryMeter, allocation_peak_bytes
 from rllm.types import TrainBatch, TrainSequence
 from rllm.utils.config import load_config
 
-PROMPT = 32
 
-
-def batch_of(rows: int, response: int, vocab: int, seed: int = 0) -> TrainBatch:
-    """``rows`` rows of a shared-nothing 32-token prompt and a ``response``-token trained answer."""
+def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -> TrainBatch:
+    """``rows`` rows of a ``prompt``-token prompt (each its own) and a ``response``-token trained answer."""
     gen = torch.Generator().manual_seed(seed)
     sequences = []
     for i in range(rows):
-        ids = torch.randint(3, vocab, (PROMPT + response,), generator=gen).tolist()
-        mask = [0] * PROMPT + [1] * response
+        ids = torch.randint(3, vocab, (prompt + response,), generator=gen).tolist()
+        mask = [0] * prompt + [1] * response
         sequences.append(
             TrainSequence(
                 input_ids=ids,
@@ -77,7 +75,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="tiny model, two sizes: the CI plumbing check")
     parser.add_argument("--model", default=None, help="model (default smollm2-135m; --quick: tiny)")
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per row (not trained)")
     parser.add_argument("--response", type=int, default=256, help="trained tokens per row")
+    parser.add_argument("--attn", default="auto", help="backend.attn_implementation (auto: eager on CPU)")
     parser.add_argument("--rows", default=None, help="rows per micro-batch, comma-separated (default 2,8,32)")
     parser.add_argument(
         "--chunk", type=int, default=1024, help="backend.logprob_chunk_tokens of the chunked mode"
@@ -96,15 +96,19 @@ def main() -> None:
             f"model.path={model}",
             "backend.device=cpu",
             f"backend.micro_batch_size={max(rows_list)}",
+            f"backend.attn_implementation={args.attn}",
         ],
     )
     backend = LocalBackend(cfg, model, pad_id=2)
     vocab = int(backend.model.get_base_model().config.vocab_size)
     print(header_line())
-    print(f"{machine_line()}, {threads} torch threads, model {model} (vocab {vocab}), chunk {chunk} tokens\n")
+    print(
+        f"{machine_line()}, {threads} torch threads, model {model} (vocab {vocab}), rows of {args.prompt} prompt + "
+        f"{response} trained tokens, attention {args.attn}, chunk {chunk} tokens\n"
+    )
     table = []
     for rows in rows_list:
-        batch = batch_of(rows, response, vocab)
+        batch = batch_of(rows, args.prompt, response, vocab)
         chunked, whole = measure(backend, batch, chunk), measure(backend, batch, 0)
         tokens = rows * response
         table.append(
