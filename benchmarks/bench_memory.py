@@ -78,6 +78,11 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per row (not trained)")
     parser.add_argument("--response", type=int, default=256, help="trained tokens per row")
     parser.add_argument("--attn", default="auto", help="backend.attn_implementation (auto: eager on CPU)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="backend.gradient_checkpointing=true (and backend.share_prefix=false, which it needs)",
+    )
     parser.add_argument("--rows", default=None, help="rows per micro-batch, comma-separated (default 2,8,32)")
     parser.add_argument(
         "--chunk", type=int, default=1024, help="backend.logprob_chunk_tokens of the chunked mode"
@@ -97,6 +102,11 @@ def main() -> None:
             "backend.device=cpu",
             f"backend.micro_batch_size={max(rows_list)}",
             f"backend.attn_implementation={args.attn}",
+            *(
+                ["backend.gradient_checkpointing=true", "backend.share_prefix=false"]
+                if args.gradient_checkpointing
+                else []
+            ),
         ],
     )
     backend = LocalBackend(cfg, model, pad_id=2)
@@ -104,7 +114,8 @@ def main() -> None:
     print(header_line())
     print(
         f"{machine_line()}, {threads} torch threads, model {model} (vocab {vocab}), rows of {args.prompt} prompt + "
-        f"{response} trained tokens, attention {args.attn}, chunk {chunk} tokens\n"
+        f"{response} trained tokens, attention {args.attn}, gradient checkpointing {args.gradient_checkpointing}, "
+        f"chunk {chunk} tokens\n"
     )
     table = []
     for rows in rows_list:

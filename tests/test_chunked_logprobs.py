@@ -64,3 +64,31 @@ def test_chunked_backward_keeps_one_chunk_of_logits() -> None:
     assert full >= N * V
     assert chunked <= max(16 * V, V * H)  # the head's weight, or one chunk while it is recomputed
     assert torch.allclose(gh_full, gh_chunk, atol=1e-6) and torch.allclose(gw_full, gw_chunk, atol=1e-6)
+
+
+def test_auto_attention_runs_long_rows_with_sdpa_and_the_same_logprobs(tiny_model_dir) -> None:
+    """backend.attn_implementation=auto on CPU: eager for short rows, SDPA for rows over LONG_ROW_TOKENS (eager
+    would keep a [heads x T x T] matrix per layer); both give the same logprobs."""
+    from rllm.trainer.backends.local import LONG_ROW_TOKENS
+    from rllm.types import TrainBatch, TrainSequence
+
+    gen = torch.Generator().manual_seed(5)
+    rows = []
+    for n in (LONG_ROW_TOKENS + 40, LONG_ROW_TOKENS + 10):
+        ids = torch.randint(3, 49152, (n,), generator=gen).tolist()
+        mask = [0] * 20 + [1] * (n - 20)
+        rows.append(
+            TrainSequence(input_ids=ids, loss_mask=mask, rollout_logprobs=[0.0] * n, advantages=[0.0] * n)
+        )
+    long_batch = TrainBatch(sequences=rows)
+    auto = _backend(tiny_model_dir, "lora.enabled=false")
+    base = auto.model
+    assert base.config._attn_implementation == "eager"
+    auto.compute_logprobs(_batch(seed=3))
+    assert base.config._attn_implementation == "eager"  # short rows
+    lp_auto = _flat(auto.compute_logprobs(long_batch))
+    assert base.config._attn_implementation == "sdpa"
+    eager = _backend(tiny_model_dir, "lora.enabled=false", "backend.attn_implementation=eager")
+    lp_eager = _flat(eager.compute_logprobs(long_batch))
+    assert eager.model.config._attn_implementation == "eager"
+    assert torch.allclose(lp_auto, lp_eager, atol=1e-5)

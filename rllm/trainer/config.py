@@ -204,7 +204,9 @@ class BackendConfig(_PluginSection):
     )
     attn_implementation: Literal["auto", "eager", "sdpa"] = Field(
         "auto",
-        description="Attention kernel for training: 'auto' = eager on CPU (faster backward at RL lengths), sdpa on GPU.",
+        description="Attention kernel for training: 'auto' = eager on CPU (faster backward at RL lengths) for "
+        "micro-batches of rows up to 256 tokens and sdpa for longer rows (eager keeps a [heads x T x T] matrix per "
+        "layer), sdpa on GPU.",
     )
     share_prefix: bool = Field(
         True,

@@ -13,6 +13,7 @@ import yaml
 
 from rllm.cli.main import main
 from rllm.trainer.agent_trainer import AgentTrainer
+from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.profile_report import advice, load_profile, render
 from rllm.trainer.profiler import ModelFlops, known_peak_tflops
@@ -131,3 +132,24 @@ def test_model_flops_count_six_per_parameter_and_token(tiny_model_dir: Path) -> 
     assert known_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
     assert known_peak_tflops("NVIDIA L40S") == 362.0 and known_peak_tflops("NVIDIA L4") == 121.0
     assert known_peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and known_peak_tflops("Some Card") is None
+
+
+def test_profile_steps_must_be_steps_of_the_run() -> None:
+    from rllm.utils.config import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.profile_steps"):
+        load_config(TrainConfig, None, ["trainer.steps=2", "trainer.profile_steps=[3]"])
+    with pytest.raises(ConfigError, match="count from 1"):
+        load_config(TrainConfig, None, ["trainer.steps=2", "trainer.profile_steps=[0]"])
+    assert load_config(
+        TrainConfig, None, ["trainer.steps=2", "trainer.profile_steps=[1,2]"]
+    ).trainer.profile_steps == [1, 2]
+
+
+def test_the_tinker_backend_refuses_logprob_chunk_tokens() -> None:
+    from rllm.trainer.backends import backend_capabilities
+    from rllm.trainer.checks import check_config
+
+    cfg = load_config(TrainConfig, None, ["backend.name=tinker", "backend.logprob_chunk_tokens=256"])
+    with pytest.raises(UnsupportedConfigError, match="logprob_chunk_tokens"):
+        check_config(cfg, backend_capabilities("tinker"))

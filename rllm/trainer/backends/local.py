@@ -52,9 +52,14 @@ def _autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if supported else None
 
 
+# backend.attn_implementation=auto on CPU: micro-batches whose rows are longer than this run SDPA attention.
+LONG_ROW_TOKENS = 256
+
+
 def _attn_implementation(setting: str, device: torch.device) -> str:
     """``auto``: eager attention on CPU, where torch's flash-attention backward costs more than the
-    matmuls it replaces at RL sequence lengths (measured 1.5x slower training step); SDPA on GPU."""
+    matmuls it replaces at RL sequence lengths (measured 1.5x slower training step); SDPA on GPU. On CPU a
+    micro-batch of rows longer than ``LONG_ROW_TOKENS`` switches to SDPA (``LocalBackend._pick_attention``)."""
     if setting != "auto":
         return setting
     return "sdpa" if device.type == "cuda" else "eager"
@@ -203,6 +208,7 @@ class LocalBackend(TrainingBackend):
         but never logits, and the LM head is a fifth of a small model's compute.
         """
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._pick_attention(base, t["input_ids"].shape[1])
         mask = t["loss_mask"][:, 1:].bool()
         with self._autocast():
             hidden_N = self._shared_prefix_hidden(base, t) if self.cfg.backend.share_prefix else None
@@ -228,6 +234,20 @@ class LocalBackend(TrainingBackend):
         if ent is not None:
             entropy_BT = torch.zeros(mask.shape, dtype=ent.dtype, device=ent.device).index_put(index, ent)
         return logprobs_BT, entropy_BT
+
+    def _pick_attention(self, base: torch.nn.Module, length: int) -> None:
+        """``backend.attn_implementation=auto`` on CPU: eager attention for rows of up to ``LONG_ROW_TOKENS``
+        tokens, where it is faster, SDPA for longer ones. Eager attention keeps a ``[heads x T x T]`` matrix
+        per layer and row for the backward, which grows with the square of the row: on SmolLM2-135M at
+        T = 500 it is 0.41 of the micro-batch's 1.0 GB (docs/profiling.md), at the agent examples' 1,500-token
+        rows about 3.7 GB per row. The two compute the same attention (to float rounding)."""
+        if self.cfg.backend.attn_implementation != "auto" or self.device.type != "cpu":
+            return
+        if not getattr(base, "_supports_sdpa", False):  # a model without SDPA keeps eager
+            return
+        want = "sdpa" if length > LONG_ROW_TOKENS else "eager"
+        if base.config._attn_implementation != want:
+            base.set_attn_implementation(want)
 
     def _shared_prefix_hidden(self, base: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """Hidden states predicting each loss-masked token, computing each distinct prompt only once.
