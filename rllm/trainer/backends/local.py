@@ -239,8 +239,8 @@ class LocalBackend(TrainingBackend):
         """``backend.attn_implementation=auto`` on CPU: eager attention for rows of up to ``LONG_ROW_TOKENS``
         tokens, where it is faster, SDPA for longer ones. Eager attention keeps a ``[heads x T x T]`` matrix
         per layer and row for the backward, which grows with the square of the row: on SmolLM2-135M at
-        T = 500 it is 0.41 of the micro-batch's 1.0 GB (docs/profiling.md), at the agent examples' 1,500-token
-        rows about 3.7 GB per row. The two compute the same attention (to float rounding)."""
+        T = 500 it is 0.41 of the micro-batch's 1.0 GB (docs/results.md), and by the square about 3.7 GB per
+        1,500-token row of the agent examples. The two compute the same attention (to float rounding)."""
         if self.cfg.backend.attn_implementation != "auto" or self.device.type != "cpu":
             return
         if not getattr(base, "_supports_sdpa", False):  # a model without SDPA keeps eager
