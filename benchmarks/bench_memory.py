@@ -60,6 +60,7 @@ def measure(backend: LocalBackend, batch: TrainBatch, chunk: int) -> dict[str, f
     meter, phase = MemoryMeter(), {}
     with meter.phase("pass", phase):
         peak = allocation_peak_bytes(step)
+    meter.close()
     started = time.perf_counter()
     step()
     return {

@@ -254,7 +254,7 @@ class AgentTrainer:
         """Stop what the run started: the embedded gateway, the engine's servers, the backend's workers,
         the run's event loop, the journal."""
         self._stop_gateway()
-        for part in ("engine", "backend", "teacher"):
+        for part in ("engine", "backend", "teacher", "profiler"):
             built = getattr(self, part, None)  # None when start-up failed before building it
             if built is not None:
                 try:

@@ -3,9 +3,9 @@
 The loop times its phases itself (``timed``: ``time/rollout_s``, ``time/train_s``, ...); this module adds
 per step (docs/profiling.md):
 
-- ``perf/rss_gb`` (the process's resident memory now), ``perf/rss_peak_gb`` (its high-water mark since the
-  run started) and the high-water mark within each phase, ``perf/rss_peak_<phase>_gb`` (Linux: the kernel's
-  ``VmHWM``, reset at each phase's start through ``/proc/self/clear_refs``; elsewhere the run's peak);
+- ``perf/rss_gb`` (the process's resident memory now), ``perf/rss_peak_gb`` (the kernel's high-water mark
+  since the process started) and the peak within each phase, ``perf/rss_peak_<phase>_gb`` (sampled every
+  10 ms by a thread: ``MemoryMeter``);
 - per CUDA device ``i`` the backend uses, ``perf/cuda<i>_allocated_gb``, ``_reserved_gb`` and ``_peak_gb``
   (torch's caching allocator; the peak is reset each step);
 - ``perf/train_tflops`` (model FLOPs of the update over the train phase's seconds) and ``perf/mfu`` (that
@@ -22,10 +22,12 @@ import contextlib
 import logging
 import resource
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from rllm.types import TrainBatch
@@ -63,66 +65,53 @@ def known_peak_tflops(device_name: str) -> float | None:
     return None
 
 
-def _status_kb(field: str) -> int | None:
-    """A ``VmRSS``/``VmHWM`` line of /proc/self/status in kB; None where there is no /proc."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _reset_hwm() -> bool:
-    """Reset the kernel's high-water mark of this process's RSS to its current RSS (Linux)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def rss_bytes() -> int:
-    """The process's resident memory now (its peak where /proc is missing)."""
-    kb = _status_kb("VmRSS")
-    return kb * 1024 if kb is not None else _ru_maxrss()
+    """The process's resident memory now (psutil: /proc on Linux, the OS's own call elsewhere)."""
+    return int(psutil.Process().memory_info().rss)
 
 
-def _ru_maxrss() -> int:
+def run_peak_rss_bytes() -> int:
+    """The kernel's high-water mark of this process's RSS since it started (``ru_maxrss``)."""
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 class MemoryMeter:
-    """The process's RSS high-water mark per phase and over the run (see the module docstring)."""
+    """The process's RSS high-water mark per phase and over the run (see the module docstring).
 
-    def __init__(self) -> None:
-        self.run_peak = _ru_maxrss()
-        self.per_phase = _reset_hwm()
+    A phase's peak is sampled: a daemon thread reads the RSS every ``interval_s`` while a phase runs (a
+    spike shorter than that can be missed). The kernel's own high-water mark is left alone (resetting it,
+    Linux's ``/proc/self/clear_refs``, would make ``ru_maxrss`` and ``/usr/bin/time`` report a phase's peak
+    instead of the process's); it gives ``perf/rss_peak_gb``."""
 
-    def _hwm(self) -> int:
-        kb = _status_kb("VmHWM")
-        return kb * 1024 if kb is not None else _ru_maxrss()
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self._process = psutil.Process()
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="rllm-rss-sampler", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._peak = max(self._peak, self._process.memory_info().rss)
 
     @contextlib.contextmanager
     def phase(self, name: str, metrics: dict[str, float]) -> Iterator[None]:
         """Write ``perf/rss_peak_<name>_gb``: the most RSS the ``with`` block held."""
-        if self.per_phase:
-            self.run_peak = max(self.run_peak, self._hwm())
-            _reset_hwm()
+        self._peak = rss_bytes()
         try:
             yield
         finally:
-            peak = self._hwm()
-            self.run_peak = max(self.run_peak, peak)
-            metrics[f"perf/rss_peak_{name}_gb"] = peak / GB
+            metrics[f"perf/rss_peak_{name}_gb"] = max(self._peak, rss_bytes()) / GB
 
     def metrics(self) -> dict[str, float]:
-        self.run_peak = max(self.run_peak, self._hwm())
-        return {"perf/rss_gb": rss_bytes() / GB, "perf/rss_peak_gb": self.run_peak / GB}
+        now = rss_bytes()  # the kernel updates its high-water mark lazily: it can lag the RSS read just now
+        return {"perf/rss_gb": now / GB, "perf/rss_peak_gb": max(now, run_peak_rss_bytes()) / GB}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
 
 
 def cuda_metrics(reset_peak: bool = True) -> dict[str, float]:
@@ -217,6 +206,9 @@ class StepProfiler:
         if self.peak_tflops:
             out["perf/mfu"] = tflops / self.peak_tflops
         return out
+
+    def close(self) -> None:
+        self.memory.close()
 
     def step_metrics(self, metrics: dict[str, float], *, synchronous: bool) -> dict[str, float]:
         """The step's memory, and in the synchronous loop its idle times from its phase times in ``metrics``:

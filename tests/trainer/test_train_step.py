@@ -138,7 +138,8 @@ def test_a_step_that_updates_logs_the_same_metric_keys_as_before(
     # The process holds the tiny model and torch (hundreds of MB, well under 10 GB); no phase above the run.
     assert 0.1 < line["perf/rss_gb"] <= line["perf/rss_peak_gb"] < 10
     for phase in ("rollout", "train", "sync"):
-        assert 0.1 < line[f"perf/rss_peak_{phase}_gb"] <= line["perf/rss_peak_gb"]
+        # sampled by a thread, against the kernel's high-water mark (which it can pass by a page or two)
+        assert 0.1 < line[f"perf/rss_peak_{phase}_gb"] <= line["perf/rss_peak_gb"] * 1.01
     assert line["perf/train_tflops"] > 0
 
 
