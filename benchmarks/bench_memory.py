@@ -8,7 +8,6 @@ trained tokens grow with the rows while attention stays the same per row. Per si
   exact, and free of the model's weights and the allocator's caching), and how much of it is the
   vocabulary projection: the unchunked peak holds about four ``[tokens x vocab]`` float32 tensors, the
   chunked one four ``[chunk x vocab]``, whatever the micro-batch;
-- the process's RSS high-water mark during the same pass (weights, optimizer state and torch included);
 - the seconds of one un-profiled forward/backward (the chunks recompute the LM head in the backward).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_memory.py            # smollm2-135m, 512..8192 tokens
@@ -26,7 +25,7 @@ from _common import header_line, machine_line, markdown_table, resolve_bench_mod
 from rllm.algorithms.losses import LossConfig
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
-from rllm.trainer.profiler import GB, MemoryMeter, allocation_peak_bytes
+from rllm.trainer.profiler import GB, allocation_peak_bytes
 from rllm.types import TrainBatch, TrainSequence
 from rllm.utils.config import load_config
 
@@ -57,15 +56,11 @@ def measure(backend: LocalBackend, batch: TrainBatch, chunk: int) -> dict[str, f
         backend.forward_backward(batch, loss)
         backend.optimizer.zero_grad(set_to_none=True)
 
-    meter, phase = MemoryMeter(), {}
-    with meter.phase("pass", phase):
-        peak = allocation_peak_bytes(step)
-    meter.close()
+    peak = allocation_peak_bytes(step)
     started = time.perf_counter()
     step()
     return {
         "alloc_gb": peak / GB,
-        "rss_gb": phase["perf/rss_peak_pass_gb"],
         "seconds": time.perf_counter() - started,
     }
 
@@ -129,8 +124,6 @@ def main() -> None:
                 f"{whole['alloc_gb']:.3f}",
                 f"{chunked['alloc_gb']:.3f}",
                 f"{4 * tokens * vocab * 4 / GB:.3f}",
-                f"{whole['rss_gb']:.2f}",
-                f"{chunked['rss_gb']:.2f}",
                 f"{whole['seconds']:.2f}",
                 f"{chunked['seconds']:.2f}",
             ]
@@ -142,8 +135,6 @@ def main() -> None:
                 "peak alloc GB, unchunked",
                 f"peak alloc GB, chunk {chunk}",
                 "4 x tokens x vocab x 4 B, GB",
-                "peak RSS GB, unchunked",
-                f"peak RSS GB, chunk {chunk}",
                 "fwd/bwd s, unchunked",
                 f"fwd/bwd s, chunk {chunk}",
             ],

@@ -209,7 +209,9 @@ def _memory_advice(p: Profile) -> list[str]:
     if peak < MEMORY_LIMIT_GB:
         return []
     phases = {ph: p.memory.get(f"perf/rss_peak_{ph}_gb", 0.0) for ph in ("rollout", "train", "sync")}
-    where = max(phases, key=lambda ph: phases[ph])
+    # Each phase's value is the run's high-water mark at its end: the first to reach the top set the peak.
+    top = max(phases.values())
+    where = next(ph for ph, gb in phases.items() if gb >= 0.99 * top)
     micro = _key(c, "backend.micro_batch_size", "?")
     chunk = _key(c, "backend.logprob_chunk_tokens", 1024)
     if where == "train":

@@ -4,8 +4,8 @@ The loop times its phases itself (``timed``: ``time/rollout_s``, ``time/train_s`
 per step (docs/profiling.md):
 
 - ``perf/rss_gb`` (the process's resident memory now), ``perf/rss_peak_gb`` (the kernel's high-water mark
-  since the process started) and the peak within each phase, ``perf/rss_peak_<phase>_gb`` (sampled every
-  10 ms by a thread: ``MemoryMeter``);
+  since the process started) and that mark at the end of each phase, ``perf/rss_peak_<phase>_gb`` (the
+  phase where it rose reached the peak: ``MemoryMeter``);
 - per CUDA device ``i`` the backend uses, ``perf/cuda<i>_allocated_gb``, ``_reserved_gb`` and ``_peak_gb``
   (torch's caching allocator; the peak is reset each step);
 - ``perf/train_tflops`` (model FLOPs of the update over the train phase's seconds) and ``perf/mfu`` (that
@@ -22,7 +22,6 @@ import contextlib
 import logging
 import resource
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -77,41 +76,31 @@ def run_peak_rss_bytes() -> int:
 
 
 class MemoryMeter:
-    """The process's RSS high-water mark per phase and over the run (see the module docstring).
+    """The process's RSS high-water mark over the run, and where in the step it rose.
 
-    A phase's peak is sampled: a daemon thread reads the RSS every ``interval_s`` while a phase runs (a
-    spike shorter than that can be missed). The kernel's own high-water mark is left alone (resetting it,
-    Linux's ``/proc/self/clear_refs``, would make ``ru_maxrss`` and ``/usr/bin/time`` report a phase's peak
-    instead of the process's); it gives ``perf/rss_peak_gb``."""
-
-    def __init__(self, interval_s: float = 0.01) -> None:
-        self.interval_s = interval_s
-        self._process = psutil.Process()
-        self._peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="rllm-rss-sampler", daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._peak = max(self._peak, self._process.memory_info().rss)
+    ``perf/rss_peak_<phase>_gb`` is the kernel's high-water mark (``ru_maxrss``) when the phase ends: the
+    first phase at which it reaches the run's peak is the phase that set the peak. Nothing samples or resets
+    it: a sampling thread slowed a 2-core CPU's forward/backward 3-5x (it preempts torch's OpenMP threads),
+    and resetting the kernel's mark (``/proc/self/clear_refs``) would make ``ru_maxrss`` and
+    ``/usr/bin/time`` report a phase's peak instead of the process's."""
 
     @contextlib.contextmanager
     def phase(self, name: str, metrics: dict[str, float]) -> Iterator[None]:
-        """Write ``perf/rss_peak_<name>_gb``: the most RSS the ``with`` block held."""
-        self._peak = rss_bytes()
+        """Write ``perf/rss_peak_<name>_gb``: the process's high-water mark when the ``with`` block ends."""
         try:
             yield
         finally:
-            metrics[f"perf/rss_peak_{name}_gb"] = max(self._peak, rss_bytes()) / GB
+            metrics[f"perf/rss_peak_{name}_gb"] = self.peak_bytes() / GB
+
+    def peak_bytes(self) -> int:
+        # The kernel updates its mark lazily: it can lag the RSS read just now by a few pages.
+        return max(rss_bytes(), run_peak_rss_bytes())
 
     def metrics(self) -> dict[str, float]:
-        now = rss_bytes()  # the kernel updates its high-water mark lazily: it can lag the RSS read just now
-        return {"perf/rss_gb": now / GB, "perf/rss_peak_gb": max(now, run_peak_rss_bytes()) / GB}
+        return {"perf/rss_gb": rss_bytes() / GB, "perf/rss_peak_gb": self.peak_bytes() / GB}
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1.0)
+        """Nothing to stop (kept so the trainer closes every part the same way)."""
 
 
 def cuda_metrics(reset_peak: bool = True) -> dict[str, float]:
