@@ -20,6 +20,7 @@
     rllm replay RUN [--step N] [--checkpoint CKPT] [--bundle OUT.tar.gz]
                                                re-run a recorded step's batch (and loss) and check it
                                                equals the record; a bundle replays on another machine
+    rllm profile RUN                           a run's bottlenecks: phase times, memory peaks, advice
     rllm check-template MODEL                  check a chat template for multi-turn token drift
     rllm version                               print the installed version
 
@@ -42,6 +43,7 @@ from rllm.cli.eval_cmd import add_eval_parser
 from rllm.cli.gateway_cmd import add_gateway_parser
 from rllm.cli.init_cmd import add_init_parser
 from rllm.cli.model_cmd import add_model_parser
+from rllm.cli.profile_cmd import add_profile_parser
 from rllm.cli.replay_cmd import add_replay_parser
 from rllm.cli.serve_cmd import add_serve_parser
 from rllm.cli.sft_cmd import add_sft_parser
@@ -69,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(
         dest="command",
-        metavar="{init,train,sft,eval,replay,ui,gateway,serve,model,dataset,check-template,version}",
+        metavar="{init,train,sft,eval,replay,ui,gateway,serve,model,dataset,check-template,profile,version}",
         required=True,
     )
     train = add_train_parser(subparsers)
@@ -91,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_parser(subparsers)
     add_dataset_parser(subparsers)
     add_check_template_parser(subparsers)
+    add_profile_parser(subparsers)
     version = subparsers.add_parser("version", help="print the installed rllm version")
     version.set_defaults(func=_run_version)
     return parser

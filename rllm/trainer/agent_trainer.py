@@ -46,6 +46,7 @@ from rllm.trainer.config import FlowConfig, TrainConfig, adapter_names, role_ada
 from rllm.trainer.distill import Teacher, build_teacher
 from rllm.trainer.engines import build_engine
 from rllm.trainer.monitors import Monitors
+from rllm.trainer.profiler import StepProfiler
 from rllm.trainer.project import config_tasks, load_flow
 from rllm.trainer.recovery import batch_summary, journaled_jobs
 from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, try_plot
@@ -54,7 +55,7 @@ from rllm.types import Episode
 from rllm.utils.config import dump_config
 from rllm.utils.event_loop import RunLoop
 from rllm.utils.metrics import MetricsLogger, build_sinks
-from rllm.utils.timing import timed
+from rllm.utils.timing import Span, timed
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +137,10 @@ class AgentTrainer:
         self._loop = RunLoop()
         self._producer: RolloutProducer | None = None  # async mode's sampler, while the steps run
         self.teacher: Teacher | None = None  # algorithm.distill's, built by _setup
+        # Async mode: step -> seconds the producer spent picking its tasks; the engine's generated-token count
+        # when the last step took its episodes, and a span since then (perf/rollout_tokens_per_s).
+        self._data_s: dict[int, float] = {}
+        self._generated_mark: tuple[int, Span] | None = None
         self._order: list[int] = []
         self._order_epoch = -1
         # Resolved here, after the cheap checks, so a wrong model path fails at start-up (pulling a
@@ -154,6 +159,17 @@ class AgentTrainer:
         # same for every pair. Closed in train()'s finally, so a failed start leaves nothing running.
         self.engine = build_engine(cfg, self.model_path, run_dir=self.run_dir)
         self.backend = build_backend(cfg, self.model_path, pad_id=self.engine.pad_id)
+        device = cfg.backend.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        # Memory, MFU and torch.profiler traces per step (rllm.trainer.profiler).
+        self.profiler = StepProfiler(
+            cfg,
+            self.model_path,
+            self.run_dir,
+            device=device,
+            loads_model=backend_capabilities(cfg.backend.name).loads_model,
+        )
         # algorithm.distill's teacher (None without one), checked against the student's tokenizer.
         self.teacher = build_teacher(cfg, self.engine.tokenizer, pad_id=self.engine.pad_id)
         caps = self.engine.capabilities
@@ -242,7 +258,7 @@ class AgentTrainer:
         """Stop what the run started: the embedded gateway, the engine's servers, the backend's workers,
         the run's event loop, the journal."""
         self._stop_gateway()
-        for part in ("engine", "backend", "teacher"):
+        for part in ("engine", "backend", "teacher", "profiler"):
             built = getattr(self, part, None)  # None when start-up failed before building it
             if built is not None:
                 try:
@@ -301,9 +317,11 @@ class AgentTrainer:
     def train_step(self, step: int) -> dict[str, float]:
         """One RL step on the current policy; returns the step's metrics."""
         metrics: dict[str, float] = {}
-        with timed("step", metrics):
+        profiler = self.profiler  # memory per phase, MFU, torch.profiler traces (rllm.trainer.profiler)
+        with profiler.trace(step + 1), timed("step", metrics):
             # 1. Rollout: group_size episodes of each of the step's tasks, sampled and scored.
-            episodes = self._rollout(step, metrics)
+            with profiler.phase("rollout", metrics):
+                episodes = self._rollout(step, metrics)
             # An engine that missed a weight sync samples an older policy: refuse before learning from it.
             check_staleness(episodes, self.backend.step, self.cfg.rollout.max_staleness)
             batch_episodes, shapers = episodes, self.shapers
@@ -312,12 +330,11 @@ class AgentTrainer:
                 #     shaping decides which have signal. `episodes` is then everything sampled.
                 episodes, batch_episodes = self._refill(step, episodes, metrics)
                 shapers = ()
-            with timed("train", metrics) as train:
+            with timed("train", metrics) as train, profiler.phase("train", metrics):
                 # 2. Prepare the batch: shape rewards, group the attempts at each task, drop what carries no
                 #    signal, compute advantages, lay the steps out as token rows; a teacher's term (distill).
                 prepared = self._prepare(batch_episodes, shapers, metrics)
-                # 3. Update: one optimizer step. With no signal at all nothing is learned, but the step
-                #    still advances (data position, LR schedule, weight version), as a resumed run expects.
+                # 3. Update: one optimizer step (no signal: the step still advances data, LR and version).
                 if prepared.empty:
                     logger.info("step %d: every group was filtered out; skipping the update", step)
                     self.backend.skip_step()
@@ -328,20 +345,27 @@ class AgentTrainer:
                 # What replay checks: the batch's digests, its episodes' keys, the update's loss.
                 self._record_batch(step, prepared, batch_episodes, metrics)
             # 4. Sync: the next rollout samples from the weights just trained.
-            with timed("sync", metrics):
+            with timed("sync", metrics), profiler.phase("sync", metrics):
                 self._sync_step(step)
             # 5. Log: the episodes' rewards, lengths and outcomes (after shaping, which adds shaping/*).
             metrics.update(episode_metrics(episodes))
             metrics.update(self.monitors.observe(episodes))  # what the drift and hacking checks read
             if self.run_store is not None:  # written with this step's metrics, in one transaction
                 self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
+        metrics.update(profiler.step_metrics(metrics, synchronous=self._producer is None))
         return metrics
+
+    def _forward_passes(self) -> int:
+        """Forward-only passes over the batch besides forward/backward: recomputed old logprobs, the
+        reference's."""
+        return int(self.cfg.backend.old_logprobs == "recompute") + int(self.cfg.algorithm.loss.kl_coef > 0)
 
     def _prepare(self, episodes: list[Episode], shapers: Any, metrics: dict[str, float]) -> PreparedBatch:
         """The step's batch (the algorithm config's part: ``prepare_batch``); with ``algorithm.distill`` the
         teacher then scores the sampled tokens, and each token's advantage becomes (or gains)
         -coef x (student logprob - teacher logprob)."""
-        prepared = prepare_batch(episodes, self.cfg.algorithm, shapers=shapers)
+        with timed("prepare", metrics):
+            prepared = prepare_batch(episodes, self.cfg.algorithm, shapers=shapers)
         metrics.update(prepared.metrics)
         if self.teacher is not None and not prepared.empty:
             metrics.update(self._distill(prepared))
@@ -372,13 +396,22 @@ class AgentTrainer:
             with timed("rollout", metrics) as wait:
                 episodes = self._loop.run(self._producer.episodes(step))
             metrics["time/trainer_idle_s"] = wait.seconds
+            metrics["time/data_s"] = self._data_s.pop(step, 0.0)
             metrics.update(self._producer.take_metrics())
+            # Tokens the producer generated since the last step, over the wall time since then.
+            generated = self.engine.stats["generated_tokens"]
+            if self._generated_mark is not None:
+                before, since = self._generated_mark
+                metrics["perf/rollout_tokens_per_s"] = (generated - before) / max(since.seconds, 1e-9)
+            self._generated_mark = (generated, Span())
             metrics.update(staleness_metrics(episodes, self.backend.step))
             metrics.update(self.engine.metrics())
             return episodes
+        with timed("data", metrics):
+            tasks = self._tasks_for_step(step)
         generated_before = self.engine.stats["generated_tokens"]
         with timed("rollout", metrics) as rollout:
-            episodes = self._sample(self._tasks_for_step(step), step, f"step {step}")
+            episodes = self._sample(tasks, step, f"step {step}")
         generated = self.engine.stats["generated_tokens"] - generated_before
         metrics["perf/rollout_tokens_per_s"] = generated / max(rollout.seconds, 1e-9)
         metrics.update(
@@ -489,16 +522,29 @@ class AgentTrainer:
     def _update(self, prepared: PreparedBatch) -> dict[str, float]:
         """Forward/backward over the prepared batch, then one optimizer step; returns the train/* metrics."""
         cfg, batch = self.cfg, prepared.batch
+        out: dict[str, float] = {}
         # The ratio's behaviour logprobs: the engine's (already in the batch) or a trainer pass before the update.
-        old = self.backend.compute_logprobs(batch) if cfg.backend.old_logprobs == "recompute" else None
+        old = None
+        if cfg.backend.old_logprobs == "recompute":
+            with timed("old_logprobs", out):
+                old = self.backend.compute_logprobs(batch)
         if old is not None and self.run_store is not None:  # shown beside the rollout's in the token view
             prepared.record_trainer_logprobs(old)
         # The frozen reference model's logprobs, only for a loss with a KL term to it.
-        ref = self.backend.compute_logprobs(batch, reference=True) if cfg.algorithm.loss.kl_coef > 0 else None
-        out = dict(
-            self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref)
+        ref = None
+        if cfg.algorithm.loss.kl_coef > 0:
+            with timed("ref_logprobs", out):
+                ref = self.backend.compute_logprobs(batch, reference=True)
+        with timed("forward_backward", out):
+            out.update(
+                self.backend.forward_backward(batch, cfg.algorithm.loss, old_logprobs=old, ref_logprobs=ref)
+            )
+        with timed("optim", out):
+            out.update(self.backend.optim_step())
+        update_s = sum(
+            out.get(f"time/{k}_s", 0.0) for k in ("old_logprobs", "ref_logprobs", "forward_backward", "optim")
         )
-        out.update(self.backend.optim_step())
+        out.update(self.profiler.update_metrics(batch, update_s, self._forward_passes()))
         return out
 
     # ------------------------------------------------------------------ the loop
@@ -604,7 +650,9 @@ class AgentTrainer:
         a resumed step's journaled ones reused), each run through the producer's shared slots."""
         producer = self._producer
         assert producer is not None
-        tasks = self._tasks_for_step(step)
+        with timed("data") as data:
+            tasks = self._tasks_for_step(step)
+        self._data_s[step] = data.seconds
         jobs = self._jobs(tasks, step)
         done = journaled_jobs(self.journal, step, 0, tasks, self.cfg.rollout.group_size)
 

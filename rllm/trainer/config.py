@@ -205,7 +205,9 @@ class BackendConfig(_PluginSection):
     )
     attn_implementation: Literal["auto", "eager", "sdpa"] = Field(
         "auto",
-        description="Attention kernel for training: 'auto' = eager on CPU (faster backward at RL lengths), sdpa on GPU.",
+        description="Attention kernel for training: 'auto' = eager on CPU (faster backward at RL lengths) for "
+        "micro-batches of rows up to 256 tokens and sdpa for longer rows (eager keeps a [heads x T x T] matrix per "
+        "layer), sdpa on GPU.",
     )
     share_prefix: bool = Field(
         True,
@@ -216,6 +218,13 @@ class BackendConfig(_PluginSection):
         "rollout",
         description="Behaviour logprobs for the ratio: the inference engine's ('rollout') or a trainer forward "
         "pass before the update ('recompute').",
+    )
+    logprob_chunk_tokens: int = Field(
+        1024,
+        ge=0,
+        description="Trained tokens projected to the vocabulary at a time when computing logprobs; each chunk's "
+        "float32 logits are recomputed in the backward instead of kept, so memory grows with the chunk, not "
+        "the sequence (docs/profiling.md). Same results; 0 = all tokens of a micro-batch at once.",
     )
 
 
@@ -813,6 +822,27 @@ class TrainerConfig(_Section):
         "timed-out or truncated episode is recorded in addition.",
     )
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
+    profile_steps: list[int] = Field(
+        default_factory=list,
+        description="Steps (1-based, as in metrics.jsonl) to capture with torch.profiler: a chrome trace "
+        "profile/step_<n>.json in the run directory each (docs/profiling.md).",
+    )
+    peak_tflops: float | None = Field(
+        None,
+        gt=0,
+        description="The training device's peak dense bf16 TFLOPS for perf/mfu; null = the known value of the "
+        "CUDA device's name (docs/profiling.md), none on CPU.",
+    )
+
+    @model_validator(mode="after")
+    def _profile_steps_in_run(self) -> TrainerConfig:
+        bad = [s for s in self.profile_steps if not 1 <= s <= self.steps]
+        if bad:
+            raise ValueError(
+                f"trainer.profile_steps {bad} are not steps of this run: they count from 1 to trainer.steps "
+                f"({self.steps}), as metrics.jsonl does"
+            )
+        return self
 
     @field_validator("loggers")
     @classmethod

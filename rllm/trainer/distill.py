@@ -25,6 +25,7 @@ import httpx
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rllm.algorithms.logprobs import chunked_token_logprobs
 from rllm.inference.local import pick_device
 from rllm.models import resolve_model
 from rllm.trainer.backends.base import UnsupportedConfigError
@@ -51,13 +52,16 @@ class Teacher(Protocol):
 class LocalTeacher:
     """A causal LM in this process, frozen; scores rows ``micro_batch_size`` at a time, padded on the right."""
 
-    def __init__(self, path: str, *, device: str, micro_batch_size: int, pad_id: int) -> None:
+    def __init__(
+        self, path: str, *, device: str, micro_batch_size: int, pad_id: int, chunk_tokens: int = 0
+    ) -> None:
         self.device = pick_device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         self.model = model.to(self.device).eval().requires_grad_(False)
         self.micro_batch_size = micro_batch_size
         self.pad_id = pad_id
+        self.chunk_tokens = chunk_tokens  # backend.logprob_chunk_tokens: the vocabulary projection in chunks
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> list[list[float]]:
@@ -80,9 +84,12 @@ class LocalTeacher:
             input_ids=ids, attention_mask=attn, use_cache=False
         ).last_hidden_state
         # The vocabulary projection only where a trained token is predicted (position t-1 predicts token t).
-        logits_N = self.model.get_output_embeddings()(hidden[:, :-1][mask]).float()
-        targets_N = ids[:, 1:][mask]
-        lp_N = logits_N.gather(1, targets_N.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits_N, dim=-1)
+        lp_N, _ = chunked_token_logprobs(
+            self.model.get_output_embeddings(),
+            hidden[:, :-1][mask],
+            ids[:, 1:][mask],
+            chunk_tokens=self.chunk_tokens,
+        )
         lp_BT = torch.zeros(mask.shape, dtype=lp_N.dtype, device=lp_N.device)
         lp_BT[mask] = lp_N
         return [[0.0] + lp_BT[b, : len(s.input_ids) - 1].tolist() for b, s in enumerate(rows)]
@@ -209,7 +216,13 @@ def build_teacher(cfg: TrainConfig, student_tokenizer: Any, *, pad_id: int) -> T
     path = resolve_model(d.teacher)
     check_same_tokenizer(path, student_tokenizer)
     logger.info("distilling from %s (mode %s, coef %g)", path, d.mode, d.coef)
-    return LocalTeacher(path, device=cfg.backend.device, micro_batch_size=d.micro_batch_size, pad_id=pad_id)
+    return LocalTeacher(
+        path,
+        device=cfg.backend.device,
+        micro_batch_size=d.micro_batch_size,
+        pad_id=pad_id,
+        chunk_tokens=cfg.backend.logprob_chunk_tokens,
+    )
 
 
 def check_same_tokenizer(teacher_path: str, student_tokenizer: Any) -> None:

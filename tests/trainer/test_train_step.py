@@ -67,6 +67,19 @@ _UPDATE = {
     "perf/train_tokens_per_s",
 }
 _AFTER = {"time/train_s", "time/sync_s", "time/step_s", "time/eta_s"}
+# The profiler's (rllm.trainer.profiler): phase times, idle times, memory per phase, achieved FLOP/s.
+_PROFILE = {
+    "time/data_s",
+    "time/prepare_s",
+    "time/trainer_idle_s",
+    "time/sampler_idle_s",
+    "perf/rss_gb",
+    "perf/rss_peak_gb",
+    "perf/rss_peak_rollout_gb",
+    "perf/rss_peak_train_gb",
+    "perf/rss_peak_sync_gb",
+}
+_PROFILE_UPDATE = {"time/forward_backward_s", "time/optim_s", "perf/train_tflops"}
 _EVAL = {"eval/accuracy", "eval/reward", "eval/n", "eval/failed", "eval/response_len", "eval/time_s"}
 _TERMINATION = {f"termination/{reason.value}" for reason in TerminationReason}
 # The reward-hacking detector's verdicts (on by default; docs/monitoring.md). Its statistics of the replies
@@ -115,7 +128,7 @@ def test_a_step_that_updates_logs_the_same_metric_keys_as_before(
 ) -> None:
     line = _one_step(tiny_model_dir, tmp_path, "algorithm.filters.drop_zero_variance=false")
     keys, termination = _split_termination(set(line))
-    expected = _ROLLOUT | _FILTER | _UPDATE | _AFTER | _EVAL | _MONITOR
+    expected = _ROLLOUT | _FILTER | _UPDATE | _AFTER | _EVAL | _MONITOR | _PROFILE | _PROFILE_UPDATE
     assert keys == expected, f"missing {sorted(expected - keys)}, new {sorted(keys - expected)}"
     assert termination and termination <= _TERMINATION
     assert sum(line[k] for k in termination) == pytest.approx(1.0)
@@ -123,6 +136,16 @@ def test_a_step_that_updates_logs_the_same_metric_keys_as_before(
     assert 0 < line["time/rollout_s"] + line["time/train_s"] + line["time/sync_s"] <= line["time/step_s"]
     assert line["perf/train_tokens_per_s"] > 0 and line["perf/rollout_tokens_per_s"] > 0
     assert line["time/eta_s"] == 0.0  # the last step: nothing left
+    # Synchronous: the trainer waits out the rollout, the sampler the update and the sync.
+    assert line["time/trainer_idle_s"] == pytest.approx(line["time/rollout_s"])
+    assert line["time/sampler_idle_s"] == pytest.approx(line["time/train_s"] + line["time/sync_s"])
+    assert line["time/forward_backward_s"] + line["time/optim_s"] <= line["time/train_s"]
+    # The process holds the tiny model and torch (hundreds of MB, well under 10 GB); no phase above the run.
+    assert 0.1 < line["perf/rss_gb"] <= line["perf/rss_peak_gb"] < 10
+    for phase in ("rollout", "train", "sync"):
+        # sampled by a thread, against the kernel's high-water mark (which it can pass by a page or two)
+        assert 0.1 < line[f"perf/rss_peak_{phase}_gb"] <= line["perf/rss_peak_gb"] * 1.01
+    assert line["perf/train_tflops"] > 0
 
 
 def test_a_step_without_signal_logs_the_skip_and_no_update_metrics(
@@ -131,7 +154,7 @@ def test_a_step_without_signal_logs_the_skip_and_no_update_metrics(
     # One attempt per task: every group has zero variance, so the filter drops them all.
     line = _one_step(tiny_model_dir, tmp_path, "rollout.group_size=1", "algorithm.advantage=reinforce")
     keys, _ = _split_termination(set(line))
-    assert keys == _ROLLOUT | _FILTER | {"train/skipped"} | _AFTER | _EVAL | _MONITOR
+    assert keys == _ROLLOUT | _FILTER | {"train/skipped"} | _AFTER | _EVAL | _MONITOR | _PROFILE
     assert line["train/skipped"] == 1.0 and line["filter/groups_kept"] == 0.0
 
 

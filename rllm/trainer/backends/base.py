@@ -65,6 +65,7 @@ class BackendCapabilities(BaseModel):
             "attn_implementation",
             "share_prefix",
             "old_logprobs",
+            "logprob_chunk_tokens",
         }
     )
 

@@ -14,12 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.cache_utils import DynamicCache
 
-from rllm.algorithms.losses import (
-    LossConfig,
-    aggregate_loss,
-    compute_policy_loss,
-    entropy_from_logits,
-)
+from rllm.algorithms.logprobs import chunked_token_logprobs
+from rllm.algorithms.losses import LossConfig, aggregate_loss, compute_policy_loss
 from rllm.inference.local import left_pad, pick_device
 from rllm.trainer.backends._adapters import RoleAdapters
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
@@ -56,9 +52,14 @@ def _autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if supported else None
 
 
+# backend.attn_implementation=auto on CPU: micro-batches whose rows are longer than this run SDPA attention.
+LONG_ROW_TOKENS = 256
+
+
 def _attn_implementation(setting: str, device: torch.device) -> str:
     """``auto``: eager attention on CPU, where torch's flash-attention backward costs more than the
-    matmuls it replaces at RL sequence lengths (measured 1.5x slower training step); SDPA on GPU."""
+    matmuls it replaces at RL sequence lengths (measured 1.5x slower training step); SDPA on GPU. On CPU a
+    micro-batch of rows longer than ``LONG_ROW_TOKENS`` switches to SDPA (``LocalBackend._pick_attention``)."""
     if setting != "auto":
         return setting
     return "sdpa" if device.type == "cuda" else "eager"
@@ -207,32 +208,46 @@ class LocalBackend(TrainingBackend):
         but never logits, and the LM head is a fifth of a small model's compute.
         """
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._pick_attention(base, t["input_ids"].shape[1])
         mask = t["loss_mask"][:, 1:].bool()
         with self._autocast():
-            if (
-                self.cfg.backend.share_prefix
-                and (hidden_N := self._shared_prefix_hidden(base, t)) is not None
-            ):
-                logits = base.get_output_embeddings()(hidden_N)
-            else:
+            hidden_N = self._shared_prefix_hidden(base, t) if self.cfg.backend.share_prefix else None
+            if hidden_N is None:
                 hidden = base.get_decoder()(
                     input_ids=t["input_ids"], attention_mask=t["attention_mask"], use_cache=False
                 ).last_hidden_state
-                logits = base.get_output_embeddings()(hidden[:, :-1][mask])
-        logits = logits.float()
-        temperature = self.cfg.rollout.temperature or 1.0
-        if temperature != 1.0:
-            logits = logits / temperature
-        targets = t["input_ids"][:, 1:][mask]
-        lp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=-1)
+                hidden_N = hidden[:, :-1][mask]
+        # The projection to the vocabulary, a chunk of tokens at a time (backend.logprob_chunk_tokens): the
+        # float32 [tokens x vocab] logits are the largest tensors of the step (rllm.algorithms.logprobs).
+        lp, ent = chunked_token_logprobs(
+            base.get_output_embeddings(),
+            hidden_N,
+            t["input_ids"][:, 1:][mask],
+            temperature=self.cfg.rollout.temperature or 1.0,
+            chunk_tokens=self.cfg.backend.logprob_chunk_tokens,
+            with_entropy=with_entropy,
+            autocast=self._autocast,
+        )
         index = mask.nonzero(as_tuple=True)
         logprobs_BT = torch.zeros(mask.shape, dtype=lp.dtype, device=lp.device).index_put(index, lp)
         entropy_BT = None
-        if with_entropy:
-            with torch.no_grad():
-                ent = entropy_from_logits(logits.detach().unsqueeze(0))[0]
-                entropy_BT = torch.zeros(mask.shape, dtype=ent.dtype, device=ent.device).index_put(index, ent)
+        if ent is not None:
+            entropy_BT = torch.zeros(mask.shape, dtype=ent.dtype, device=ent.device).index_put(index, ent)
         return logprobs_BT, entropy_BT
+
+    def _pick_attention(self, base: torch.nn.Module, length: int) -> None:
+        """``backend.attn_implementation=auto`` on CPU: eager attention for rows of up to ``LONG_ROW_TOKENS``
+        tokens, where it is faster, SDPA for longer ones. Eager attention keeps a ``[heads x T x T]`` matrix
+        per layer and row for the backward, which grows with the square of the row: on SmolLM2-135M at
+        T = 500 it is 0.41 of the micro-batch's 1.0 GB (docs/results.md), and by the square about 3.7 GB per
+        1,500-token row of the agent examples. The two compute the same attention (to float rounding)."""
+        if self.cfg.backend.attn_implementation != "auto" or self.device.type != "cpu":
+            return
+        if not getattr(base, "_supports_sdpa", False):  # a model without SDPA keeps eager
+            return
+        want = "sdpa" if length > LONG_ROW_TOKENS else "eager"
+        if base.config._attn_implementation != want:
+            base.set_attn_implementation(want)
 
     def _shared_prefix_hidden(self, base: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """Hidden states predicting each loss-masked token, computing each distinct prompt only once.

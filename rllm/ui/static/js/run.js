@@ -1,15 +1,16 @@
-// One run: a header (status, model, task, timing), then tabs: charts, episodes, evals, config.
+// One run: a header (status, model, task, timing), then tabs: charts, episodes, evals, profile, config.
 
 import { getJSON } from "./api.js";
 import { MetricChart } from "./chart.js";
 import { episodeBrowser } from "./episodes.js";
 import { MetricsPanel } from "./metrics_panel.js";
+import { profileTab } from "./profile.js";
 import {
   correctMark, enc, errorPanel, flatten, fmtAgo, fmtDuration, fmtNum, fmtPercent, fmtTime, h, jsonTree,
   loading, mount, pager, runDuration, statusBadge,
 } from "./util.js";
 
-const TABS = [["charts", "Charts"], ["episodes", "Episodes"], ["evals", "Evals"], ["config", "Config"]];
+const TABS = [["charts", "Charts"], ["episodes", "Episodes"], ["evals", "Evals"], ["profile", "Profile"], ["config", "Config"]];
 const HEADER_REFRESH_MS = 5000;
 const RESULTS_PAGE = 50;
 
@@ -48,6 +49,7 @@ export function runView(root, { runId, tab, query }) {
     if (tab === "charts") cleanupTab = chartsTab(content, run, isRunning);
     else if (tab === "episodes") cleanupTab = episodeBrowser(content, run, query);
     else if (tab === "evals") cleanupTab = evalsTab(content, run, query);
+    else if (tab === "profile") cleanupTab = profileTab(content, run);
     else if (tab === "config") configTab(content, run);
     else mount(content, errorPanel(`no tab '${tab}'`));
     const poll = async () => {
