@@ -88,30 +88,38 @@ TASKS = [
 ]
 
 
+def learning_overrides(model_dir: Path, run_dir: Path, steps: int) -> list[str]:
+    """The runs that learn in a few steps on this model (here, distillation, the monitors): full fine-tuning
+    at a high learning rate in float32 on CPU, one thread, metrics to JSONL only, no eval in between."""
+    return [
+        f"model.path={model_dir}",
+        "lora.enabled=false",
+        "backend.device=cpu",
+        "backend.autocast=none",
+        "inference.dtype=float32",
+        "optim.lr=0.02",
+        f"trainer.steps={steps}",
+        "trainer.threads=1",
+        "eval.every_steps=0",
+        "eval.max_tokens=1",
+        f"trainer.run_dir={run_dir}",
+        "trainer.loggers=[jsonl]",
+        "trainer.plot=false",
+    ]
+
+
 def _config(model_dir: Path, run_dir: Path, steps: int) -> TrainConfig:
     return load_config(
         TrainConfig,
         None,
         [
-            f"model.path={model_dir}",
-            "lora.enabled=false",
-            "backend.device=cpu",
-            "backend.autocast=none",
-            "inference.dtype=float32",
-            "optim.lr=0.02",
-            f"trainer.steps={steps}",
+            *learning_overrides(model_dir, run_dir, steps),
             "trainer.seed=0",
-            "trainer.threads=1",
             f"rollout.batch_size={N_TASKS}",
             "rollout.group_size=16",
             "rollout.temperature=1.0",
             "rollout.max_tokens=1",
-            "eval.every_steps=0",
-            "eval.max_tokens=1",
-            f"trainer.run_dir={run_dir}",
             "trainer.name=learn",
-            "trainer.loggers=[jsonl]",
-            "trainer.plot=false",
         ],
     )
 

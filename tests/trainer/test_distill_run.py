@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_learning import TASKS, make_tiny_vocab_model
+from test_learning import TASKS, learning_overrides, make_tiny_vocab_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rllm.gateway.app import create_app
@@ -39,23 +39,11 @@ def _distill_config(student: Path, run_dir: Path, steps: int, *extra: str) -> Tr
         TrainConfig,
         None,
         [
-            f"model.path={student}",
-            "lora.enabled=false",
-            "backend.device=cpu",
-            "backend.autocast=none",
-            "inference.dtype=float32",
-            "optim.lr=0.02",
-            f"trainer.steps={steps}",
-            "trainer.threads=1",
+            *learning_overrides(student, run_dir, steps),
             "rollout.batch_size=4",
             "rollout.group_size=4",
             "rollout.max_tokens=3",
-            "eval.every_steps=0",
-            "eval.max_tokens=1",
-            f"trainer.run_dir={run_dir}",
             "trainer.name=learn",
-            "trainer.loggers=[jsonl]",
-            "trainer.plot=false",
             *DISTILL,
             *extra,
         ],

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_learning import TOKEN_ID, make_tiny_vocab_model
+from test_learning import TOKEN_ID, learning_overrides, make_tiny_vocab_model
 
 from rllm.agents.base import Agent
 from rllm.cli.main import main
@@ -193,22 +193,11 @@ def test_a_keyword_reward_is_caught_within_a_few_steps(answer_reward: None, tmp_
         TrainConfig,
         None,
         [
-            f"model.path={model_dir}",
-            "lora.enabled=false",
-            "backend.device=cpu",
-            "backend.autocast=none",
-            "inference.dtype=float32",
-            "optim.lr=0.02",
-            f"trainer.steps={steps}",
-            "trainer.threads=1",
+            *learning_overrides(model_dir, tmp_path / "runs", steps),
             "rollout.batch_size=4",
             "rollout.group_size=16",
             "rollout.max_tokens=1",
-            "eval.every_steps=2",
-            "eval.max_tokens=1",
-            f"trainer.run_dir={tmp_path / 'runs'}",
-            "trainer.loggers=[jsonl]",
-            "trainer.plot=false",
+            "eval.every_steps=2",  # later than the shared "eval.every_steps=0": it wins
             "monitor.hacking.window=2",
             "monitor.hacking.second_reward=tests_answer_token",
         ],
