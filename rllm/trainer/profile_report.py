@@ -75,8 +75,13 @@ def load_profile(run_dir: Path) -> Profile:
     def mean(key: str) -> float:
         return _mean([float(s[key]) for s in measured if key in s])
 
+    def seconds(key: str) -> float:
+        """Mean seconds a step, a step without the phase counted as 0 (a step whose groups were all
+        filtered out has no update), so parts and their phase share one denominator."""
+        return _mean([float(s.get(key, 0.0)) for s in measured])
+
     step_s = mean("time/step_s")
-    phases = {p: mean(f"time/{p}_s") for p in PHASES}
+    phases = {p: seconds(f"time/{p}_s") for p in PHASES}
     phases["other"] = max(0.0, step_s - sum(phases.values()))
     memory: dict[str, float] = {}
     for line in steps:
@@ -91,7 +96,7 @@ def load_profile(run_dir: Path) -> Profile:
         steps=[int(s["step"]) for s in measured],
         step_s=step_s,
         phases=phases,
-        train_parts={p: mean(f"time/{p}_s") for p in TRAIN_PARTS},
+        train_parts={p: seconds(f"time/{p}_s") for p in TRAIN_PARTS},
         rates={k: mean(k) for k in rate_keys if any(k in s for s in measured)},
         memory=memory,
         idle={

@@ -108,6 +108,21 @@ def test_advice_follows_the_numbers(tmp_path: Path) -> None:
     assert "forward_backward" in render(p)
 
 
+def test_a_step_without_an_update_counts_as_zero_in_the_update_parts(tmp_path: Path) -> None:
+    # Every group filtered out: the step has a short train phase and no forward_backward at all. The parts
+    # must average over the same steps as their phase, or they read larger than it.
+    updated = {
+        "time/step_s": 10.0,
+        "time/rollout_s": 5.0,
+        "time/train_s": 4.0,
+        "time/forward_backward_s": 3.9,
+    }
+    skipped = {"time/step_s": 5.0, "time/rollout_s": 5.0, "time/train_s": 0.0}
+    p = load_profile(_run(tmp_path, [updated, updated, skipped], {}))
+    assert p.phases["train"] == pytest.approx(2.0)
+    assert p.train_parts["forward_backward"] == pytest.approx(1.95)
+
+
 def test_advice_for_an_update_bound_run_and_a_quiet_one(tmp_path: Path) -> None:
     step = {"time/step_s": 10.0, "time/rollout_s": 2.0, "time/train_s": 7.5, "time/old_logprobs_s": 2.5}
     config = {"lora": {"enabled": False}, "backend": {"old_logprobs": "recompute", "device": "cpu"}}
