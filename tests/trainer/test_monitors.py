@@ -4,9 +4,9 @@ configurations refused at start-up."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,8 @@ from rllm.types import Episode, Outcome, Step, Trajectory
 from rllm.utils.config import ConfigError, load_config
 
 DATA = Path(__file__).with_name("monitor_data")
+sys.path.insert(0, str(DATA.parents[2] / "benchmarks"))
+from bench_monitors import load_run
 
 # ------------------------------------------------------------------------------------------ statistics
 
@@ -183,13 +185,7 @@ def test_the_default_run_replayed_raises_no_alert() -> None:
     lengths as a converging policy does, but never hacks: no check may fire."""
     from rllm.trainer.monitors.stats import collapse_stats  # the same function the trainer calls
 
-    records = [json.loads(line) for line in (DATA / "default_run_metrics.jsonl").read_text().splitlines()]
-    with gzip.open(DATA / "default_run_replies.json.gz", "rt") as f:
-        replies = json.load(f)
-    by_step: dict[int, list[Episode]] = {}
-    for step, task_id, text, ids in replies:
-        call = Step(prompt_ids=[0], response_ids=ids, logprobs=[0.0] * len(ids), response_text=text)
-        by_step.setdefault(step, []).append(Episode(task_id=task_id, trajectories=[Trajectory(steps=[call])]))
+    records, by_step = load_run()  # the loader benchmarks/bench_monitors.py replays too
     for r in records:
         r.update(collapse_stats(by_step.get(r["step"], [])))
     assert len(records) == 33 and sum("monitor/hacking/same_answer" in r for r in records) == 32

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from run_support import tiny_run_config
 
 from rllm.cli.main import main
 from rllm.trainer.agent_trainer import AgentTrainer
@@ -24,26 +25,17 @@ from rllm.utils.config import is_config_key, load_config
 def test_a_run_profiles_the_steps_asked_for_and_rllm_profile_reports_it(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = load_config(
-        TrainConfig,
-        None,
-        [
-            f"model.path={tiny_model_dir}",
-            f"trainer.run_dir={tmp_path}",
-            "trainer.steps=1",
-            "trainer.profile_steps=[1]",
-            "rollout.batch_size=2",
-            "rollout.group_size=2",
-            "rollout.max_tokens=4",
-            "eval.before=false",
-            "eval.after=false",
-            "data.train_size=4",
-            "trainer.plot=false",
-            "trainer.loggers=[jsonl]",
-            "backend.device=cpu",
-            "trainer.store_enabled=false",
-            "algorithm.filters.drop_zero_variance=false",
-        ],
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        "profiled",
+        "trainer.steps=1",
+        "trainer.profile_steps=[1]",
+        "rollout.group_size=2",
+        "rollout.max_tokens=4",
+        "data.train_size=4",
+        "trainer.store_enabled=false",
+        "algorithm.filters.drop_zero_variance=false",
     )
     run_dir = AgentTrainer(cfg).train().run_dir
     assert sorted(p.name for p in (run_dir / "profile").iterdir()) == ["step_1.json", "step_1.txt"]
