@@ -355,11 +355,6 @@ class AgentTrainer:
         metrics.update(profiler.step_metrics(metrics, synchronous=self._producer is None))
         return metrics
 
-    def _forward_passes(self) -> int:
-        """Forward-only passes over the batch besides forward/backward: recomputed old logprobs, the
-        reference's."""
-        return int(self.cfg.backend.old_logprobs == "recompute") + int(self.cfg.algorithm.loss.kl_coef > 0)
-
     def _prepare(self, episodes: list[Episode], shapers: Any, metrics: dict[str, float]) -> PreparedBatch:
         """The step's batch (the algorithm config's part: ``prepare_batch``); with ``algorithm.distill`` the
         teacher then scores the sampled tokens, and each token's advantage becomes (or gains)
@@ -544,7 +539,9 @@ class AgentTrainer:
         update_s = sum(
             out.get(f"time/{k}_s", 0.0) for k in ("old_logprobs", "ref_logprobs", "forward_backward", "optim")
         )
-        out.update(self.profiler.update_metrics(batch, update_s, self._forward_passes()))
+        # The forward-only passes besides forward/backward: the recomputed old logprobs, the reference's.
+        forward_passes = (old is not None) + (ref is not None)
+        out.update(self.profiler.update_metrics(batch, update_s, forward_passes))
         return out
 
     # ------------------------------------------------------------------ the loop

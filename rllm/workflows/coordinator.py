@@ -110,11 +110,15 @@ def coordinator_messages(parts: list[dict[str, Any]], replies: list[str]) -> lis
     ]
 
 
+# One number of the final answer: the grammar's NUMBER terminal, and what a faithful example may pass on.
+_INTEGER = re.compile(r"-?[0-9]{1,12}")
+
+
 def final_grammar(n_parts: int) -> str:
     """The final answer's shape as a Lark grammar: ``n_parts`` integers (at most 12 digits each) separated
     by ", ", nothing else."""
     numbers = ' ", " '.join(["NUMBER"] * n_parts)
-    return f"start: {numbers}\nNUMBER: /-?[0-9]{{1,12}}/\n"
+    return f"start: {numbers}\nNUMBER: /{_INTEGER.pattern}/\n"
 
 
 def _same_number(a: str | None, b: str | None) -> bool:
@@ -135,9 +139,6 @@ def contribution_credit(final: str, truths: list[str], worker_numbers: list[str 
         _same_number(g, t) or _same_number(g, w) for g, t, w in zip(got, truths, worker_numbers, strict=True)
     )
     return credited / len(truths)
-
-
-_INTEGER = re.compile(r"-?[0-9]{1,12}")
 
 
 def faithful_example(parts: list[dict[str, Any]], replies: list[str]) -> dict[str, Any] | None:
