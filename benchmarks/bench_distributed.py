@@ -13,9 +13,16 @@ runs in its own subprocess (its own Ray cluster, its own peak memory):
 - ``dist2``: world size 2, one core per rank (for information: on one CPU box the ranks split the same
   cores, so this shows the cost of the extra gloo collectives, not a speed-up).
 
+For the distributed settings the table also gives the ranks' time in collectives per step (the backend's
+``profile/collective_*`` metrics, read after each timed step: docs/profiling.md): in flight, exposed (the
+ranks waited), that over the ranks' working time, and the seconds spent reading the profiler's events.
+``--no-profile-collectives`` turns the measurement off (``backend.distributed.profile_collectives=false``),
+to time what it costs.
+
     python benchmarks/bench_distributed.py               # random-init SmolLM2-135M shape, full fine-tune
     python benchmarks/bench_distributed.py --lora        # the same with LoRA r=16
     python benchmarks/bench_distributed.py --quick       # plumbing check: tiny model, seconds
+    python benchmarks/bench_distributed.py --only dist2 --no-profile-collectives   # without the measurement
 """
 
 from __future__ import annotations
@@ -64,6 +71,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--micro-batch-size", type=int, default=8)
     p.add_argument("--steps", type=int, default=5, help="timed steps, after one warm-up step")
     p.add_argument("--only", choices=WORKERS, default=None, help="run one setting only")
+    p.add_argument(
+        "--no-profile-collectives",
+        action="store_true",
+        help="distributed settings: do not measure the ranks' time in collectives",
+    )
     p.add_argument("--quick", action="store_true", help="plumbing check: tiny model, 4 sequences, 2 steps")
     p.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
@@ -132,6 +144,7 @@ def run_setting(args: argparse.Namespace) -> dict[str, Any]:
             "backend.name=distributed",
             f"backend.distributed.world_size={world}",
             f"backend.distributed.cpus_per_rank={max(1, cores // world)}",
+            f"backend.distributed.profile_collectives={str(not args.no_profile_collectives).lower()}",
         ]
     cfg = load_config(TrainConfig, None, overrides)
     if args.worker != "local":
@@ -142,7 +155,8 @@ def run_setting(args: argparse.Namespace) -> dict[str, Any]:
     backend = build_backend(cfg, path, pad_id=2)
     startup_s = time.perf_counter() - started
     batch, loss = make_batch(args), LossConfig()
-    times = []
+    times: list[float] = []
+    collectives: list[dict[str, float]] = []
     try:
         for step in range(args.steps + 1):
             t0 = time.perf_counter()
@@ -150,12 +164,16 @@ def run_setting(args: argparse.Namespace) -> dict[str, Any]:
             backend.optim_step()
             if step:  # the first step warms allocators and (for the ranks) FSDP2's lazy init
                 times.append(time.perf_counter() - t0)
+            measured = backend.step_metrics()  # outside the timed step; {} for the local backend
+            if step and measured:
+                collectives.append(measured)
     finally:
         backend.close()
     import torch
 
     return {
         "step_s": times,
+        "collectives": collectives,
         "startup_s": startup_s,
         "peak_rss_mb": peak_rss_mb(),
         "threads": torch.get_num_threads(),
@@ -171,7 +189,16 @@ def main() -> None:
         write_result(args.result_file, run_setting(args))
         return
     model_dir(args.model)  # build once, before the workers race for it
-    names = ["model", "lora", "batch", "prompt_tokens", "response_tokens", "micro_batch_size", "steps"]
+    names = [
+        "model",
+        "lora",
+        "batch",
+        "prompt_tokens",
+        "response_tokens",
+        "micro_batch_size",
+        "steps",
+        "no_profile_collectives",
+    ]
     results = {}
     for worker in [args.only] if args.only else WORKERS:
         results[worker] = run_worker(__file__, worker, forward_args(args, names), timeout_s=1800)
@@ -201,6 +228,38 @@ def main() -> None:
             rows,
         )
     )
+    measured = {name: r["collectives"] for name, r in results.items() if r.get("collectives")}
+    if measured:
+        print(
+            "\nthe ranks' time in collectives per step (median over the timed steps; per rank, mean over ranks)\n"
+        )
+        print(markdown_table(COLLECTIVE_COLUMNS, [collective_row(labels[n], s) for n, s in measured.items()]))
+
+
+COLLECTIVE_COLUMNS = [
+    "setting",
+    "in flight s",
+    "exposed s",
+    "rank working s",
+    "exposed / working",
+    "collectives",
+    "reading events s",
+]
+
+
+def collective_row(label: str, steps: list[dict[str, float]]) -> list[str]:
+    def med(key: str) -> float:
+        return statistics.median(s[key] for s in steps)
+
+    return [
+        label,
+        f"{med('profile/collective_s'):.3f}",
+        f"{med('profile/collective_exposed_s'):.3f}",
+        f"{med('profile/rank_busy_s'):.3f}",
+        f"{100 * med('profile/collective_frac'):.1f} %",
+        f"{med('profile/collectives'):.0f}",
+        f"{med('profile/collective_overhead_s'):.3f}",
+    ]
 
 
 if __name__ == "__main__":

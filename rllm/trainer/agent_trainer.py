@@ -353,6 +353,7 @@ class AgentTrainer:
             if self.run_store is not None:  # written with this step's metrics, in one transaction
                 self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
         metrics.update(profiler.step_metrics(metrics, synchronous=self._producer is None))
+        metrics.update(self.backend.step_metrics())  # the distributed ranks' time in collectives
         return metrics
 
     def _prepare(self, episodes: list[Episode], shapers: Any, metrics: dict[str, float]) -> PreparedBatch:

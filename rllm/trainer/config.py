@@ -177,6 +177,11 @@ class DistributedConfig(_Section):
     startup_timeout_s: float = Field(
         300.0, gt=0, description="Most seconds for the ranks to start and load the model."
     )
+    profile_collectives: bool = Field(
+        True,
+        description="Measure each rank's time in collectives (torch.profiler around each call to a rank, "
+        "host events and NCCL kernels only) and log profile/collective_* per step (docs/profiling.md).",
+    )
 
 
 class BackendConfig(_PluginSection):

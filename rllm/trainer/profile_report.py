@@ -20,6 +20,18 @@ PHASES = ("data", "rollout", "refill", "train", "sync")
 # The update's parts (inside time/train_s).
 TRAIN_PARTS = ("prepare", "old_logprobs", "ref_logprobs", "forward_backward", "optim")
 MEMORY_LIMIT_GB = 6.0  # every shipped example should peak below this (issue 26)
+# The distributed backend's per-step time in collectives (rllm.trainer.profiler.collective_metrics), in the
+# order the report prints them.
+COLLECTIVE_KEYS = (
+    "profile/collective_s",
+    "profile/collective_max_s",
+    "profile/collective_exposed_s",
+    "profile/collective_frac",
+    "profile/collectives",
+    "profile/rank_busy_s",
+    "profile/collective_overhead_s",
+)
+COLLECTIVE_ADVICE_FRAC = 0.3  # the ranks wait on collectives this share of their working time or more
 
 
 class NoMetricsError(ValueError):
@@ -38,6 +50,9 @@ class Profile:
     rates: dict[str, float]  # perf/*_tokens_per_s, perf/train_tflops, perf/mfu (means)
     memory: dict[str, float]  # perf/rss_*_gb and perf/cuda*_gb (maxima over the run)
     idle: dict[str, float]  # time/trainer_idle_s, time/sampler_idle_s (means)
+    collectives: dict[
+        str, float
+    ]  # profile/collective_* etc. of the distributed backend (means; {} elsewhere)
     eval_s: float  # held-out evals over the whole run
     total_step_s: float  # the steps over the whole run
     config: dict[str, Any] = field(default_factory=dict)
@@ -104,6 +119,7 @@ def load_profile(run_dir: Path) -> Profile:
             for k in ("trainer_idle", "sampler_idle")
             if any(f"time/{k}_s" in s for s in measured)
         },
+        collectives={k: mean(k) for k in COLLECTIVE_KEYS if any(k in s for s in measured)},
         eval_s=sum(float(line["eval/time_s"]) for line in lines if "eval/time_s" in line),
         total_step_s=sum(float(s["time/step_s"]) for s in steps),
         config=config or {},
@@ -121,7 +137,7 @@ def _key(config: dict[str, Any], dotted: str, default: Any = None) -> Any:
 
 def advice(p: Profile) -> list[str]:
     """Concrete changes the numbers call for, most pressing first; each names the config keys to change."""
-    out = _time_advice(p) + _memory_advice(p)
+    out = _time_advice(p) + _collective_advice(p) + _memory_advice(p)
     c = p.config
     staleness = int(_key(c, "rollout.max_staleness", 0) or 0)
     if staleness > 0 and p.idle.get("sampler_idle", 0.0) > 0.3 * p.step_s:
@@ -208,6 +224,38 @@ def _train_advice(p: Profile, lora: bool) -> list[str]:
     return [f"the update is {p.share(train):.0f} % of the step: " + "; or ".join(ways) + "."]
 
 
+def _collective_advice(p: Profile) -> list[str]:
+    """The distributed ranks waiting on their collectives (exposed time over the ranks' working time)."""
+    frac = p.collectives.get("profile/collective_frac")
+    if frac is None or frac < COLLECTIVE_ADVICE_FRAC:
+        return []
+    c = p.config
+    exposed = p.collectives.get("profile/collective_exposed_s", 0.0)
+    busy = p.collectives.get("profile/rank_busy_s", 0.0)
+    world = _key(c, "backend.distributed.world_size", "?")
+    micro, batch = _key(c, "backend.micro_batch_size", "?"), _key(c, "rollout.batch_size", "?")
+    more = (
+        "give each rank more tokens per collective: FSDP2 gathers every layer once per micro-batch, so raise "
+        f"backend.micro_batch_size (now {micro}) and rollout.batch_size (now {batch})"
+    )
+    fewer = (
+        f"or use fewer ranks (backend.distributed.world_size, now {world}): a model that fits one device needs "
+        "no sharding"
+    )
+    ways = [more, fewer]
+    if _key(c, "backend.distributed.reshard_after_forward", True):
+        ways.append(
+            "or keep each layer gathered from forward to backward (backend.distributed.reshard_after_forward="
+            "false: one all-gather per layer and micro-batch instead of two, for more memory)"
+        )
+    if _key(c, "backend.distributed.placement", "PACK") not in ("PACK", "STRICT_PACK"):
+        ways.append("or keep the ranks on one node (backend.distributed.placement=STRICT_PACK)")
+    return [
+        f"the ranks wait on collectives {100 * frac:.0f} % of their working time ({exposed:.2f} of {busy:.2f} s "
+        "a step): " + "; ".join(ways) + "."
+    ]
+
+
 def _memory_advice(p: Profile) -> list[str]:
     c = p.config
     peak = p.memory.get("perf/rss_peak_gb", 0.0)
@@ -263,6 +311,7 @@ def render(p: Profile) -> str:
         for key, value in p.rates.items():
             shown = f"{100 * value:.1f} %" if key == "perf/mfu" else f"{value:,.1f}"
             rows.append(f"{key.removeprefix('perf/'):<26}{shown:>14}")
+    rows.extend(_collective_rows(p))
     if p.memory:
         rows.append("")
         for key in sorted(p.memory):
@@ -271,3 +320,24 @@ def render(p: Profile) -> str:
     rows.append("advice:")
     rows.extend(f"- {line}" for line in advice(p))
     return "\n".join(rows)
+
+
+def _collective_rows(p: Profile) -> list[str]:
+    """The distributed ranks' time in collectives, per rank (the mean over ranks); nothing elsewhere."""
+    if not p.collectives:
+        return []
+    rows = ["", "collectives (distributed ranks; per rank, mean over ranks):"]
+    labels = {
+        "profile/collective_s": "in flight s/step",
+        "profile/collective_max_s": "in flight, slowest rank",
+        "profile/collective_exposed_s": "exposed (waited) s/step",
+        "profile/rank_busy_s": "rank working s/step",
+        "profile/collectives": "collectives/step",
+        "profile/collective_overhead_s": "measuring s/step",
+    }
+    for key, label in labels.items():
+        if key in p.collectives:
+            rows.append(f"  {label:<24}{p.collectives[key]:>14.3f}")
+    if "profile/collective_frac" in p.collectives:
+        rows.append(f"  {'exposed / working':<24}{100 * p.collectives['profile/collective_frac']:>12.1f} %")
+    return rows

@@ -22,12 +22,14 @@ import contextlib
 import logging
 import resource
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import torch
+from torch.autograd import DeviceType
 
 from rllm.types import TrainBatch
 
@@ -259,3 +261,140 @@ def allocation_peak_bytes(fn: Callable[[], Any]) -> int:
         held += e.nbytes()
         peak = max(peak, held)
     return peak
+
+
+# ---------------------------------------------------------------------------------------------- collectives
+# A collective in flight, in the events torch.profiler records: ProcessGroupGloo's work ("gloo:all_gather",
+# "gloo:all_reduce", ...: a span on the gloo worker thread that ran it, from its start to its completion), or
+# on a GPU an NCCL kernel ("ncclDevKernel_AllGather_RING_LL(...)", "ncclKernel_..."). gloo runs FSDP2's
+# all-gathers and reduce-scatters asynchronously: the "c10d::*" call returns at once and the rank's thread
+# waits later in Work.wait(), which records no event; so the rank waits on the host wherever a gloo op is in
+# flight and the rank's own threads run no "aten::*" op.
+_GLOO_PREFIX = "gloo:"
+_NCCL_KERNEL_PREFIX = "nccl"
+_COMPUTE_PREFIX = "aten::"
+
+Span = tuple[str, bool, int, int, int]  # name, on a device (a GPU kernel or copy), thread, start ns, end ns
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _length(spans: list[tuple[int, int]]) -> int:
+    return sum(end - start for start, end in spans)
+
+
+def _intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Where two unions overlap (both sorted and disjoint)."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def collective_stats(spans: list[Span]) -> dict[str, float]:
+    """Seconds and count of collectives in a profiled window (docs/profiling.md, "Time in collectives"):
+
+    - ``collective_s``: the time at least one collective was in flight (the union of their spans: gloo's
+      work on the host, NCCL's kernels on the GPU), whether or not compute ran meanwhile;
+    - ``exposed_s``: the part of it the rank's compute waited for: on the host, the time a gloo op was in
+      flight while no ``aten::*`` op ran on the rank's threads (those other than gloo's workers); on the
+      GPU, the time an NCCL kernel ran while no other kernel (or copy) did;
+    - ``count``: the collectives (gloo ops, NCCL kernels)."""
+    host_comm, dev_comm, dev_compute = [], [], []
+    host_ops: list[tuple[int, int, int]] = []
+    gloo_threads = set()
+    for name, on_device, thread, start, end in spans:
+        if on_device:
+            (dev_comm if name.lower().startswith(_NCCL_KERNEL_PREFIX) else dev_compute).append((start, end))
+        elif name.startswith(_GLOO_PREFIX):
+            host_comm.append((start, end))
+            gloo_threads.add(thread)
+        elif name.startswith(_COMPUTE_PREFIX):
+            host_ops.append((thread, start, end))
+    host_busy = _union([(start, end) for thread, start, end in host_ops if thread not in gloo_threads])
+    host_comm_u, dev_comm_u = _union(host_comm), _union(dev_comm)
+    host_exposed = _length(host_comm_u) - _length(_intersect(host_comm_u, host_busy))
+    dev_exposed = _length(dev_comm_u) - _length(_intersect(dev_comm_u, _union(dev_compute)))
+    return {
+        "collective_s": (_length(host_comm_u) + _length(dev_comm_u)) / 1e9,
+        "exposed_s": (host_exposed + dev_exposed) / 1e9,
+        "count": float(len(host_comm) + len(dev_comm)),
+    }
+
+
+class CollectiveMeter:
+    """Time in collectives on one rank of the distributed backend, call by call (``measure``), summed
+    until ``take``. Each measured call runs under ``torch.profiler`` with only its host activity (and on a
+    GPU its kernels): no shapes, stacks or memory. Its events are read at the call's end
+    (``collective_stats``) and dropped; the reading's own seconds are reported as ``overhead_s``."""
+
+    def __init__(self) -> None:
+        self._totals = self._zero()
+
+    @staticmethod
+    def _zero() -> dict[str, float]:
+        return {"collective_s": 0.0, "exposed_s": 0.0, "count": 0.0, "busy_s": 0.0, "overhead_s": 0.0}
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[None]:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(ProfilerActivity.CUDA)
+        started = time.perf_counter()
+        with profile(activities=activities) as prof:
+            yield
+        stopped = time.perf_counter()
+        spans: list[Span] = [
+            (e.name(), e.device_type() != DeviceType.CPU, e.start_thread_id(), e.start_ns(), e.end_ns())
+            for e in prof.profiler.kineto_results.events()
+        ]
+        stats = collective_stats(spans)
+        t = self._totals
+        for key in ("collective_s", "exposed_s", "count"):
+            t[key] += stats[key]
+        t["busy_s"] += stopped - started
+        t["overhead_s"] += time.perf_counter() - stopped
+
+    def take(self) -> dict[str, float]:
+        """The sums since the last ``take`` (then zeroed): ``collective_s``, ``exposed_s``, ``count``,
+        ``busy_s`` (the measured calls' seconds) and ``overhead_s`` (reading their events)."""
+        out, self._totals = self._totals, self._zero()
+        return out
+
+
+def collective_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """A step's ``profile/collective_*`` metrics from each rank's ``CollectiveMeter.take()``."""
+    if not per_rank:
+        return {}
+    n = len(per_rank)
+
+    def mean(key: str) -> float:
+        return sum(r[key] for r in per_rank) / n
+
+    busy = mean("busy_s")
+    exposed = mean("exposed_s")
+    return {
+        "profile/collective_s": mean("collective_s"),
+        "profile/collective_max_s": max(r["collective_s"] for r in per_rank),
+        "profile/collective_exposed_s": exposed,
+        "profile/collective_frac": exposed / busy if busy > 0 else 0.0,
+        "profile/collectives": mean("count"),
+        "profile/rank_busy_s": busy,
+        "profile/collective_overhead_s": mean("overhead_s"),
+    }

@@ -171,6 +171,7 @@ class SFTTrainer:
             "train/tokens": float(batch.num_response_tokens),
             "epoch": (step + 1) / self.steps_per_epoch,
             "time/step_s": time.perf_counter() - started,
+            **self.backend.step_metrics(),  # the distributed ranks' time in collectives
         }
 
     def evaluate(self) -> dict[str, float]:

@@ -17,7 +17,7 @@ from rllm.trainer.agent_trainer import AgentTrainer
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.profile_report import advice, load_profile, render
-from rllm.trainer.profiler import ModelFlops, known_peak_tflops
+from rllm.trainer.profiler import ModelFlops, collective_metrics, collective_stats, known_peak_tflops
 from rllm.types import TrainBatch, TrainSequence
 from rllm.utils.config import is_config_key, load_config
 
@@ -124,6 +124,73 @@ def test_advice_for_an_update_bound_run_and_a_quiet_one(tmp_path: Path) -> None:
     _keys_exist(lines)
     balanced = {"time/step_s": 10.0, "time/rollout_s": 4.5, "time/train_s": 4.5, "perf/rss_peak_gb": 1.0}
     assert advice(load_profile(_run(tmp_path / "b", [balanced], {})))[0].startswith("no phase stands out")
+
+
+def test_collective_stats_on_gloo_and_nccl_events() -> None:
+    ms = 1_000_000
+    # gloo (as torch.profiler records it): the op on its worker thread (7); the rank's thread (1) issues it and
+    # computes (aten::*) for part of its flight, then waits in Work.wait(), which records nothing. An aten op
+    # on gloo's own thread is not the rank's compute.
+    gloo = [
+        ("c10d::_allgather_base_", False, 1, 0, 1 * ms),
+        ("gloo:all_gather", False, 7, 1 * ms, 11 * ms),
+        ("aten::mm", False, 1, 2 * ms, 5 * ms),  # overlaps 3 ms of the all-gather
+        ("aten::div_", False, 7, 10 * ms, 11 * ms),
+        ("gloo:all_reduce", False, 8, 10 * ms, 14 * ms),  # overlaps the all-gather's last ms
+        ("aten::add", False, 1, 20 * ms, 30 * ms),  # no collective in flight
+    ]
+    out = collective_stats(gloo)
+    assert out["count"] == 2
+    assert out["collective_s"] == pytest.approx(0.013)  # 1..14 ms
+    assert out["exposed_s"] == pytest.approx(0.010)  # minus the 3 ms of aten::mm
+    # NCCL: kernels on the GPU; host events (the enqueue) are not the collective's time.
+    nccl = [
+        ("nccl:all_gather", False, 1, 0, ms // 10),
+        ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True, 9, 0, 4 * ms),
+        ("ampere_sgemm_128x64_nn", True, 8, 1 * ms, 3 * ms),  # compute on another stream: overlapped
+        ("ncclKernel_ReduceScatter_RING_LL_Sum_float", True, 9, 6 * ms, 8 * ms),
+    ]
+    out = collective_stats(nccl)
+    assert out == {"collective_s": pytest.approx(0.006), "exposed_s": pytest.approx(0.004), "count": 2.0}
+    # the step's metrics: means over ranks, the slowest rank, exposed over the ranks' working time
+    ranks = [
+        {"collective_s": 1.0, "exposed_s": 0.5, "count": 10.0, "busy_s": 4.0, "overhead_s": 0.1},
+        {"collective_s": 3.0, "exposed_s": 1.5, "count": 10.0, "busy_s": 4.0, "overhead_s": 0.1},
+    ]
+    m = collective_metrics(ranks)
+    assert m["profile/collective_s"] == 2.0 and m["profile/collective_max_s"] == 3.0
+    assert m["profile/collective_frac"] == pytest.approx(0.25) and m["profile/collectives"] == 10.0
+    assert collective_metrics([]) == {}
+
+
+def test_advice_when_the_ranks_wait_on_collectives(tmp_path: Path) -> None:
+    step = {
+        "time/step_s": 10.0,
+        "time/rollout_s": 4.0,
+        "time/train_s": 4.5,
+        "profile/collective_s": 2.0,
+        "profile/collective_exposed_s": 1.8,
+        "profile/collective_frac": 0.4,
+        "profile/rank_busy_s": 4.5,
+        "profile/collectives": 240.0,
+    }
+    config = {
+        "backend": {"micro_batch_size": 2, "distributed": {"world_size": 4}},
+        "rollout": {"batch_size": 8},
+    }
+    p = load_profile(_run(tmp_path / "a", [step], config))
+    lines = advice(p)
+    assert lines[0].startswith("the ranks wait on collectives 40 % of their working time (1.80 of 4.50 s")
+    for key in ("backend.micro_batch_size (now 2)", "world_size, now 4", "reshard_after_forward=false"):
+        assert key in lines[0]
+    _keys_exist(lines)
+    text = render(p)
+    assert "collectives (distributed ranks" in text and "40.0 %" in text
+    quiet = {**step, "profile/collective_frac": 0.1}
+    assert not any(
+        "collectives" in line for line in advice(load_profile(_run(tmp_path / "b", [quiet], config)))
+    )
+    assert "collectives" not in render(load_profile(_run(tmp_path / "c", [{"time/step_s": 1.0}], {})))
 
 
 def test_model_flops_count_six_per_parameter_and_token(tiny_model_dir: Path) -> None:

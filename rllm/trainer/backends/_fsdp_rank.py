@@ -53,6 +53,7 @@ from rllm.trainer.backends._adapters import add_adapters
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig, adapter_names
+from rllm.trainer.profiler import CollectiveMeter
 from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
 
 Filler = tuple[TrainSequence, list[float] | None, list[float] | None]
@@ -468,6 +469,7 @@ class FSDPRank:
         self.rank = rank
         self.world_size = world_size
         self.backend: _ShardedBackend | None = None
+        self.collectives: CollectiveMeter | None = None
 
     def master_address(self) -> tuple[str, int]:
         """This node's address and a free port for the process group's rendezvous (rank 0)."""
@@ -494,10 +496,20 @@ class FSDPRank:
             "cpu" if device == "cpu" else "cuda", (self.world_size,), mesh_dim_names=("dp",)
         )
         self.backend = _ShardedBackend(cfg, model_path, pad_id, mesh)
+        if cfg.backend.distributed.profile_collectives:
+            self.collectives = CollectiveMeter()
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run a backend method on this rank (the driver calls every rank with the same method)."""
-        return getattr(self.backend, method)(*args, **kwargs)
+        """Run a backend method on this rank (the driver calls every rank with the same method); with
+        ``backend.distributed.profile_collectives`` its time in collectives is measured."""
+        if self.collectives is None:
+            return getattr(self.backend, method)(*args, **kwargs)
+        with self.collectives.measure():
+            return getattr(self.backend, method)(*args, **kwargs)
+
+    def take_collective_stats(self) -> dict[str, float] | None:
+        """This rank's time in collectives since the last take (``CollectiveMeter.take``); None when off."""
+        return self.collectives.take() if self.collectives is not None else None
 
     def close(self) -> None:
         self.backend = None

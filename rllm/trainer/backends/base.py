@@ -232,5 +232,11 @@ class TrainingBackend(ABC):
             engine.sync_from(self, version=self.step)
         self._synced_once = True
 
+    def step_metrics(self) -> dict[str, float]:
+        """What the backend measured since the previous call, logged with the step's metrics (the trainer
+        calls it once per step, after the sync); the distributed backend's time in collectives
+        (``profile/collective_*``, docs/profiling.md). The default measures nothing."""
+        return {}
+
     def close(self) -> None:
         """Release what the backend holds outside this process (worker processes, a cluster connection)."""

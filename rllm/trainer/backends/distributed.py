@@ -50,6 +50,7 @@ from rllm.algorithms.losses import LossConfig
 from rllm.trainer.backends.base import TrainingBackend, UnsupportedConfigError
 from rllm.trainer.backends.local import LOCAL_CAPABILITIES, micro_batch_order
 from rllm.trainer.config import TrainConfig, adapter_names, role_adapters
+from rllm.trainer.profiler import collective_metrics
 from rllm.types import DEFAULT_ADAPTER, TrainBatch
 
 logger = logging.getLogger(__name__)
@@ -392,6 +393,14 @@ class DistributedBackend(TrainingBackend):
             for i, row in zip(idx, rows):
                 out[i] = row
         return out
+
+    def step_metrics(self) -> dict[str, float]:
+        """Each rank's time in collectives since the previous call (``profile/collective_*``: the mean over
+        ranks, and the slowest rank's total), when ``backend.distributed.profile_collectives`` is on."""
+        if not self.cfg.backend.distributed.profile_collectives or not self._ranks:
+            return {}
+        stats = self._get([r.take_collective_stats.remote() for r in self._ranks])
+        return collective_metrics([s for s in stats if s is not None])
 
     def optim_step(self) -> dict[str, float]:
         metrics = self._all("optim_step")[0]  # every rank saw the same global norm and LR
