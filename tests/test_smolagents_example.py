@@ -43,6 +43,13 @@ def test_tool_calling_agent_runs_unchanged_with_forced_calls(
     # continuation was parsed into the call smolagents ran (the calculator's result is in call 2's prompt).
     t1 = traces[0]
     assert [t.request["tool_choice"] for t in traces] == ["required", "required"]
+    # One call per reply (the example sends parallel_tool_calls=False): after the call the grammar allows
+    # only the end of sequence, no second call for max_tokens to cut mid-way.
+    matcher = engine.constraints[0].start()
+    for t in tokenizer(CALCULATE, add_special_tokens=False)["input_ids"]:
+        matcher.advance(t)
+    allowed = matcher.allowed(len(tokenizer))
+    assert allowed[tokenizer.eos_token_id] and sum(bool(x) for x in allowed) == 1
     assert [t.response_message["tool_calls"][0]["function"]["name"] for t in traces] == [
         "calculate",
         "final_answer",

@@ -53,8 +53,14 @@ _AGENT_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="smolagen
 
 @rllm.rollout
 async def calculator_agent(task: dict, config: rllm.AgentConfig) -> str:
-    # The agent is built per episode: config.base_url is this episode's gateway session.
-    agent = build_agent(config.base_url, config.api_key, config.model, max_tokens=48)
+    # The agent is built per episode: config.base_url is this episode's gateway session. One call per model
+    # turn (parallel_tool_calls=False, as OpenAI's API spells it): under tool_choice "required" the grammar
+    # otherwise lets a second call follow the first, and the small model starts one in most replies, which
+    # max_tokens then cuts mid-call, so the reply parses as no call at all (measured: 83 of 87 calls at
+    # 5735192 ended by length, none parsed; docs/results.md).
+    agent = build_agent(
+        config.base_url, config.api_key, config.model, max_tokens=48, parallel_tool_calls=False
+    )
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_AGENT_THREADS, solve, agent, task["question"])
 
