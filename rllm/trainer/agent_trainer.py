@@ -169,6 +169,7 @@ class AgentTrainer:
             self.run_dir,
             device=device,
             loads_model=backend_capabilities(cfg.backend.name).loads_model,
+            backend=self.backend,  # what it measures per step (the distributed ranks' time in collectives)
         )
         # algorithm.distill's teacher (None without one), checked against the student's tokenizer.
         self.teacher = build_teacher(cfg, self.engine.tokenizer, pad_id=self.engine.pad_id)
@@ -353,7 +354,6 @@ class AgentTrainer:
             if self.run_store is not None:  # written with this step's metrics, in one transaction
                 self.run_store.stage_episodes(step + 1, episodes, self.engine.tokenizer)
         metrics.update(profiler.step_metrics(metrics, synchronous=self._producer is None))
-        metrics.update(self.backend.step_metrics())  # the distributed ranks' time in collectives
         return metrics
 
     def _prepare(self, episodes: list[Episode], shapers: Any, metrics: dict[str, float]) -> PreparedBatch:

@@ -176,8 +176,11 @@ def peak_tflops(cfg_value: float | None, device: str) -> float | None:
 class StepProfiler:
     """The per-step profiler of one run (built by the trainer at start-up, lives as long as the run)."""
 
-    def __init__(self, cfg: Any, model_path: str, run_dir: Path, device: str, loads_model: bool) -> None:
+    def __init__(
+        self, cfg: Any, model_path: str, run_dir: Path, device: str, loads_model: bool, backend: Any = None
+    ) -> None:
         self.memory = MemoryMeter()
+        self.backend = backend  # its step_metrics() join the step's (a TrainingBackend; None: none)
         self.profile_steps = set(cfg.trainer.profile_steps)
         self.trace_dir = run_dir / "profile"
         self.peak_tflops = peak_tflops(cfg.trainer.peak_tflops, device)
@@ -202,10 +205,13 @@ class StepProfiler:
         self.memory.close()
 
     def step_metrics(self, metrics: dict[str, float], *, synchronous: bool) -> dict[str, float]:
-        """The step's memory, and in the synchronous loop its idle times from its phase times in ``metrics``:
-        the trainer waits while the rollout (and refill) samples, the sampler while the trainer trains and
-        syncs (async mode measures both itself: ``rllm.trainer.async_rollout``)."""
+        """The step's memory, what ``backend`` measured (``TrainingBackend.step_metrics``: the distributed
+        ranks' time in collectives), and in the synchronous loop its idle times from its phase times in
+        ``metrics``: the trainer waits while the rollout (and refill) samples, the sampler while the trainer
+        trains and syncs (async mode measures both itself: ``rllm.trainer.async_rollout``)."""
         out = {**self.memory.metrics(), **cuda_metrics()}
+        if self.backend is not None:
+            out.update(self.backend.step_metrics())
         if synchronous:
             out["time/trainer_idle_s"] = metrics.get("time/rollout_s", 0.0) + metrics.get(
                 "time/refill_s", 0.0
