@@ -16,13 +16,13 @@ runs in its own subprocess (its own Ray cluster, its own peak memory):
 For the distributed settings the table also gives the ranks' time in collectives per step (the backend's
 ``profile/collective_*`` metrics, read after each timed step: docs/profiling.md): in flight, exposed (the
 ranks waited), that over the ranks' working time, and the seconds spent reading the profiler's events.
-``--no-profile-collectives`` turns the measurement off (``backend.distributed.profile_collectives=false``),
-to time what it costs.
+``--profile-collectives`` turns the measurement on (``backend.distributed.profile_collectives=true``; off
+by default, as in the config), so a run with and one without give what it costs.
 
     python benchmarks/bench_distributed.py               # random-init SmolLM2-135M shape, full fine-tune
     python benchmarks/bench_distributed.py --lora        # the same with LoRA r=16
     python benchmarks/bench_distributed.py --quick       # plumbing check: tiny model, seconds
-    python benchmarks/bench_distributed.py --only dist2 --no-profile-collectives   # without the measurement
+    python benchmarks/bench_distributed.py --only dist2 --profile-collectives   # with the time in collectives
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=5, help="timed steps, after one warm-up step")
     p.add_argument("--only", choices=WORKERS, default=None, help="run one setting only")
     p.add_argument(
-        "--no-profile-collectives",
+        "--profile-collectives",
         action="store_true",
-        help="distributed settings: do not measure the ranks' time in collectives",
+        help="distributed settings: measure the ranks' time in collectives (backend.distributed.profile_collectives)",
     )
     p.add_argument("--quick", action="store_true", help="plumbing check: tiny model, 4 sequences, 2 steps")
     p.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -144,7 +144,7 @@ def run_setting(args: argparse.Namespace) -> dict[str, Any]:
             "backend.name=distributed",
             f"backend.distributed.world_size={world}",
             f"backend.distributed.cpus_per_rank={max(1, cores // world)}",
-            f"backend.distributed.profile_collectives={str(not args.no_profile_collectives).lower()}",
+            f"backend.distributed.profile_collectives={str(args.profile_collectives).lower()}",
         ]
     cfg = load_config(TrainConfig, None, overrides)
     if args.worker != "local":
@@ -197,7 +197,7 @@ def main() -> None:
         "response_tokens",
         "micro_batch_size",
         "steps",
-        "no_profile_collectives",
+        "profile_collectives",
     ]
     results = {}
     for worker in [args.only] if args.only else WORKERS:

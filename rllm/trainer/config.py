@@ -178,9 +178,10 @@ class DistributedConfig(_Section):
         300.0, gt=0, description="Most seconds for the ranks to start and load the model."
     )
     profile_collectives: bool = Field(
-        True,
+        False,
         description="Measure each rank's time in collectives (torch.profiler around each call to a rank, "
-        "host events and NCCL kernels only) and log profile/collective_* per step (docs/profiling.md).",
+        "host events and NCCL kernels only) and log profile/collective_* per step (docs/profiling.md); "
+        "it costs memory on the ranks (the profiler's events of a call), so it is off by default.",
     )
 
 

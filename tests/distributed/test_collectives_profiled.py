@@ -42,7 +42,13 @@ def _run(model: Path, tmp_path: Path, *overrides: str) -> Path:
 
 def test_each_step_logs_the_ranks_time_in_collectives(tiny_model_dir: Path, tmp_path: Path) -> None:
     require_ray()
-    run = _run(tiny_model_dir, tmp_path, "trainer.steps=2", "trainer.checkpoint_every=0")
+    run = _run(
+        tiny_model_dir,
+        tmp_path,
+        "trainer.steps=2",
+        "trainer.checkpoint_every=0",
+        "backend.distributed.profile_collectives=true",
+    )
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
