@@ -940,7 +940,8 @@ class TrainConfig(_Section):
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     roles: dict[str, RoleConfig] = Field(
         default_factory=dict,
-        json_schema_extra={"key_name": "role"},  # --help-config lists roles.<role>.adapter, .lr, .init_adapter
+        # --help-config lists roles.<role>.adapter, .lr and .init_adapter
+        json_schema_extra={"key_name": "role"},
         description="Separate weights per role: roles.<role>.adapter names the LoRA adapter a role (a "
         "trajectory name, e.g. solver, judge) samples with and trains, roles.<role>.lr its optional learning "
         "rate, roles.<role>.init_adapter a saved adapter to start it from; roles not listed use the adapter "
