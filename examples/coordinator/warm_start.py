@@ -23,6 +23,7 @@ import asyncio
 import json
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,11 @@ async def build_examples(
     max_tokens: int,
     seed: int = 0,
     progress: Progress | None = None,
+    on_example: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """One faithful example per task whose sampled worker replies all hold an integer; returns the examples
-    (``task_id`` added) and how many tasks were skipped for a reply without one."""
+    (``task_id`` added, in task order) and how many tasks were skipped for a reply without one.
+    ``on_example`` sees each example as soon as its task is done (what a long run has written so far)."""
     rng = random.Random(seed)
     roles = list(workflow.workers)
     bar = progress.add_task("worker replies", total=len(tasks)) if progress else None
@@ -68,7 +71,12 @@ async def build_examples(
         if progress is not None and bar is not None:
             progress.advance(bar)
         example = faithful_example(parts, list(replies))
-        return None if example is None else {**example, "task_id": task["task_id"]}
+        if example is None:
+            return None
+        example = {**example, "task_id": task["task_id"]}
+        if on_example is not None:
+            on_example(example)
+        return example
 
     done = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
     examples = [e for e in done if e is not None]
@@ -92,8 +100,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{args.config} runs workflow {cfg.workflow.name!r}: a coordinator config is needed")
     engine = LocalEngine.from_pretrained(resolve_model(cfg.model.path))
     tasks = multi_part_tasks("train", args.tasks, seed=args.seed)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with Progress() as progress:
+        # Each example is appended as its task finishes, so a long run can be watched (wc -l) or cut short
+        # with what it has; the finished file is rewritten in task order.
+        with Progress() as progress, out.open("w") as partial:
+
+            def write(example: dict[str, Any]) -> None:
+                partial.write(json.dumps(example) + "\n")
+                partial.flush()
+
             examples, skipped = asyncio.run(
                 build_examples(
                     workflow,
@@ -102,12 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                     max_tokens=cfg.rollout.max_tokens,
                     seed=args.seed,
                     progress=progress,
+                    on_example=write,
                 )
             )
     finally:
         engine.close()
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:
         for e in examples:
             f.write(json.dumps(e) + "\n")

@@ -24,6 +24,7 @@ from rllm.rewards.registry import get_reward, reward_names
 from rllm.sandbox import SandboxUnavailable, protections
 from rllm.tools.named import tool_runs_code
 from rllm.trainer.backends import BACKENDS
+from rllm.trainer.backends._adapters import check_init_adapter
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.config import TrainConfig
 from rllm.trainer.engines import ENGINES, engine_capabilities
@@ -152,6 +153,9 @@ def _check_roles(cfg: TrainConfig, capabilities: Any) -> None:
         )
     if cfg.workflow.name == "flow":
         check_flow_roles(cfg)
+    for role, r in cfg.roles.items():
+        if r.init_adapter is not None:  # the file and its shape now; the model's modules when it loads
+            check_init_adapter(r.init_adapter, cfg.lora, f"roles.{role}.init_adapter")
 
 
 def check_flow_roles(cfg: TrainConfig) -> None:

@@ -100,6 +100,13 @@ class RoleConfig(_Section):
         description="This adapter's peak learning rate (default optim.lr; same warm-up and schedule); roles "
         "that share an adapter must not give it two.",
     )
+    init_adapter: str | None = Field(
+        None,
+        description="Start this role's adapter from a saved PEFT adapter directory (adapter_config.json and "
+        "adapter_model.safetensors, e.g. an `rllm sft` run's final_model/adapter) instead of fresh (B = 0); "
+        "its rank, alpha and target modules must be lora.*'s. A resumed run takes the adapter from its "
+        "checkpoint instead; roles that share an adapter must not give it two.",
+    )
 
     @field_validator("adapter")
     @classmethod
@@ -122,6 +129,12 @@ def adapter_names(roles: dict[str, RoleConfig]) -> list[str]:
     if not roles:
         return []
     return list(dict.fromkeys([DEFAULT_ADAPTER, *(r.adapter for r in roles.values())]))
+
+
+def adapter_inits(roles: dict[str, RoleConfig]) -> dict[str, str]:
+    """Adapter -> the saved PEFT adapter directory it starts from (``roles.<role>.init_adapter``); adapters
+    not named here start fresh."""
+    return {r.adapter: r.init_adapter for r in roles.values() if r.init_adapter is not None}
 
 
 def adapter_lrs(roles: dict[str, RoleConfig], default_lr: float) -> dict[str, float]:
@@ -933,10 +946,12 @@ class TrainConfig(_Section):
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     roles: dict[str, RoleConfig] = Field(
         default_factory=dict,
-        json_schema_extra={"key_name": "role"},  # --help-config lists roles.<role>.adapter, roles.<role>.lr
+        # --help-config lists roles.<role>.adapter, .lr and .init_adapter
+        json_schema_extra={"key_name": "role"},
         description="Separate weights per role: roles.<role>.adapter names the LoRA adapter a role (a "
         "trajectory name, e.g. solver, judge) samples with and trains, roles.<role>.lr its optional learning "
-        "rate; roles not listed use the adapter 'default'. Empty: one set of weights. Needs lora.enabled=true "
+        "rate, roles.<role>.init_adapter a saved adapter to start it from; roles not listed use the adapter "
+        "'default'. Empty: one set of weights. Needs lora.enabled=true "
         "and an engine that serves several adapters (docs/agents.md, Separate weights per role).",
     )
 
@@ -952,6 +967,21 @@ class TrainConfig(_Section):
                 raise ValueError(
                     f"roles.{other[0]}.lr={other[1]:g} and roles.{role}.lr={r.lr:g} give adapter {r.adapter!r} "
                     "two learning rates: set one (or drop one)"
+                )
+        return roles
+
+    @field_validator("roles")
+    @classmethod
+    def _one_init_per_adapter(cls, roles: dict[str, RoleConfig]) -> dict[str, RoleConfig]:
+        seen: dict[str, tuple[str, str]] = {}
+        for role, r in roles.items():
+            if r.init_adapter is None:
+                continue
+            other = seen.setdefault(r.adapter, (role, r.init_adapter))
+            if other[1] != r.init_adapter:
+                raise ValueError(
+                    f"roles.{other[0]}.init_adapter={other[1]} and roles.{role}.init_adapter={r.init_adapter} "
+                    f"start adapter {r.adapter!r} from two adapters: set one (or drop one)"
                 )
         return roles
 

@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["SFTResult", "SFTTrainer"]
 
 _CROSS_ENTROPY = LossConfig(name="cross_entropy")
+ADAPTER_DIR = "adapter"  # a LoRA run's final_model/adapter/: the PEFT adapter alone, beside the merged model
 
 CONSOLE_KEYS = {
     "train/loss": "loss",
@@ -89,7 +90,8 @@ class SFTTrainer:
     """Fine-tunes ``model.path`` on the assistant turns of ``data.train_file`` (or of ``train`` given here).
 
     Construction checks the config against the backend and renders the data (errors surface here, before a
-    model loads); :meth:`train` runs, checkpoints and writes ``final_model/``.
+    model loads); :meth:`train` runs, checkpoints and writes ``final_model/`` (with LoRA, its
+    ``adapter/`` too).
     """
 
     def __init__(
@@ -188,7 +190,8 @@ class SFTTrainer:
 
     # ------------------------------------------------------------------ the run
     def train(self) -> SFTResult:
-        """Run (or resume, with ``trainer.resume``) to ``self.steps`` steps; write ``final_model/``."""
+        """Run (or resume, with ``trainer.resume``) to ``self.steps`` steps; write ``final_model/`` (and, with
+        LoRA, ``final_model/adapter/``)."""
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         ckpt = latest_checkpoint(self.run_dir)
@@ -304,6 +307,8 @@ class SFTTrainer:
             started = time.perf_counter()
             self.backend.export_model(result.final_model_dir)
             self.tokenizer.save_pretrained(result.final_model_dir)
+            if self.backend.lora:  # the adapter alone, too: what roles.<role>.init_adapter starts a role from
+                self.backend.save_adapter(result.final_model_dir / ADAPTER_DIR)
             logger.info(
                 "final model written to %s in %.1fs", result.final_model_dir, time.perf_counter() - started
             )

@@ -169,3 +169,22 @@ def test_resume_restores_every_adapter_and_optimizer_exactly(run: Run) -> None:
             no_roles.load_state(run.ckpt)
     finally:
         no_roles.close()
+
+
+def test_a_role_starts_from_its_init_adapter_on_every_rank(run: Run, tmp_path: Path) -> None:
+    """``roles.<role>.init_adapter``: each rank loads the whole adapter before sharding, so the sharded one
+    gathers back to the saved weights; the other adapters start fresh (B = 0)."""
+    run.local.save_adapter(tmp_path / "judge", adapter="judge")  # trained: B is not 0
+    saved = run.local.named_adapter_tensors()["judge"]
+    cfg = make_config(run.model_dir, *ROLES, f"roles.solver.init_adapter={tmp_path / 'judge'}")
+    started = DistributedBackend(cfg, str(run.model_dir), pad_id=PAD_ID)
+    try:
+        tensors = started.named_adapter_tensors()
+        for module, (a, b) in saved.items():
+            assert torch.equal(tensors["solver"][module][0], a) and torch.equal(
+                tensors["solver"][module][1], b
+            )
+        assert all(not b.any() for _, b in tensors["judge"].values())
+        assert any(b.any() for _, b in tensors["solver"].values())
+    finally:
+        started.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +36,15 @@ from safetensors.torch import load_file, save_file
 from torch.distributed.tensor import DTensor
 
 from rllm.trainer.backends.base import UnsupportedConfigError
-from rllm.trainer.config import TrainConfig, adapter_lrs, adapter_names, role_adapters
+from rllm.trainer.config import (
+    LoraConfig,
+    RoleConfig,
+    TrainConfig,
+    adapter_inits,
+    adapter_lrs,
+    adapter_names,
+    role_adapters,
+)
 from rllm.types import DEFAULT_ADAPTER, TrainBatch
 
 logger = logging.getLogger(__name__)
@@ -56,12 +65,89 @@ def _writes() -> bool:
 
 def add_adapters(model: Any, names: list[str]) -> None:
     """Add adapters ``names`` (beyond ``default``) to a PeftModel, with ``default``'s LoRA config: fp32 weights
-    on the base layer's device. The distributed ranks call this before sharding; RoleAdapters skips the ones
-    present."""
+    on the base layer's device. ``LocalBackend`` (and so each distributed rank) calls this before sharding."""
     peft_cfg = model.peft_config[DEFAULT_ADAPTER]
     for name in names:
         if name != DEFAULT_ADAPTER and name not in model.peft_config:
             model.add_adapter(name, copy.deepcopy(peft_cfg))
+
+
+def check_init_adapter(path: str | Path, lora: LoraConfig, key: str) -> dict[str, Any]:
+    """The saved PEFT adapter at ``path`` (``roles.<role>.init_adapter``, named ``key`` in errors) as a
+    start for one of this run's adapters: its ``adapter_config.json``, refused unless it is a LoRA adapter
+    of rank ``lora.rank`` and alpha ``lora.alpha`` (and of ``lora.target_modules`` when those are listed by
+    name; ``all-linear`` is compared with the model's resolved modules when it loads: ``init_adapters``)."""
+    path = Path(path)
+    missing = [f for f in ("adapter_config.json", SAFETENSORS) if not (path / f).is_file()]
+    if missing:
+        raise UnsupportedConfigError(
+            f"{key}={path} is not a saved PEFT adapter (no {' or '.join(missing)}): name a directory such as "
+            "an `rllm sft` run's final_model/adapter or an `rllm train` run's final_model/<adapter>/adapter"
+        )
+    saved = json.loads((path / "adapter_config.json").read_text())
+    if saved.get("peft_type") != "LORA":
+        raise UnsupportedConfigError(f"{key}={path} is a {saved.get('peft_type')} adapter, not LoRA")
+    got = {"rank": saved.get("r"), "alpha": saved.get("lora_alpha")}
+    want = {"rank": lora.rank, "alpha": lora.alpha}
+    if isinstance(lora.target_modules, list):
+        got["target_modules"] = sorted(_modules(saved.get("target_modules")))
+        want["target_modules"] = sorted(lora.target_modules)
+    wrong = {k: v for k, v in got.items() if v != want[k]}
+    if wrong:
+        fix = " ".join(f"lora.{k}={_as_value(v)}" for k, v in wrong.items())
+        have = ", ".join(f"lora.{k}={_as_value(want[k])}" for k in wrong)
+        raise UnsupportedConfigError(
+            f"{key}={path} was trained with {fix.replace(' ', ', ')} but this run has {have}: set {fix} "
+            "(every adapter of a run has the same shape), or train the adapter with this run's lora.*"
+        )
+    return saved
+
+
+def _modules(target: Any) -> set[str]:
+    return {target} if isinstance(target, str) else set(target or [])
+
+
+def _as_value(v: Any) -> str:
+    return "[" + ",".join(v) + "]" if isinstance(v, list) else str(v)
+
+
+def init_adapters(model: Any, roles: dict[str, RoleConfig], lora: LoraConfig) -> list[str]:
+    """Load each adapter's ``roles.<role>.init_adapter`` into it (the adapters exist already: ``default``
+    and ``add_adapters``'); the others keep PEFT's fresh start (B = 0: the base model). Called once, before
+    the distributed backend shards the model (the files hold whole tensors); a resumed run then overwrites
+    every adapter with its checkpoint's. Returns the adapters it loaded."""
+    from peft import set_peft_model_state_dict  # peft is loaded already: this is a LoRA run
+
+    loaded = []
+    resolved = _modules(model.peft_config[DEFAULT_ADAPTER].target_modules)
+    for name, path in adapter_inits(roles).items():
+        key = next(f"roles.{role}.init_adapter" for role, r in roles.items() if r.adapter == name)
+        saved = check_init_adapter(path, lora, key)
+        if _modules(saved.get("target_modules")) != resolved:
+            raise UnsupportedConfigError(
+                f"{key}={path} adapts {sorted(_modules(saved.get('target_modules')))} but this run's "
+                f"lora.target_modules adapt {sorted(resolved)}: set lora.target_modules="
+                f"{_as_value(sorted(_modules(saved.get('target_modules'))))}, or train the adapter with this "
+                "run's lora.*"
+            )
+        weights = load_file(str(Path(path) / SAFETENSORS))
+        try:
+            result = set_peft_model_state_dict(model, weights, adapter_name=name)
+        except RuntimeError as exc:  # a shape mismatch: another base model
+            raise UnsupportedConfigError(
+                f"{key}={path} does not fit this run's model {model.peft_config[name].base_model_name_or_path}"
+                f" (was it trained on {saved.get('base_model_name_or_path')}?): {str(exc)[:300]}"
+            ) from exc
+        unloaded = [k for k in result.missing_keys if _owned_by(k, name)]
+        if result.unexpected_keys or unloaded:
+            raise UnsupportedConfigError(
+                f"{key}={path} does not match this run's model: "
+                f"{(result.unexpected_keys or unloaded)[:3]} (was it trained on "
+                f"{saved.get('base_model_name_or_path')}?)"
+            )
+        loaded.append(name)
+        logger.info("adapter %r starts from %s", name, path)
+    return loaded
 
 
 def _owned_by(param_name: str, adapter: str) -> bool:
@@ -84,7 +170,7 @@ class RoleAdapters:
         self.model = model  # the PeftModel
         self.roles = role_adapters(cfg.roles)
         self.names = adapter_names(cfg.roles)
-        add_adapters(model, self.names)  # a distributed rank added them before sharding
+        # The backend added the adapters (add_adapters, init_adapters) before a distributed rank sharded them.
         self.clip = clip  # the backend's gradient clip (optim.grad_clip; global over the ranks' shards)
         self.params: dict[str, list[torch.nn.Parameter]] = {
             name: [p for n, p in model.named_parameters() if _owned_by(n, name)] for name in self.names

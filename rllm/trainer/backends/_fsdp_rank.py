@@ -18,8 +18,8 @@ forward, the loss, the LR schedule); what differs is where parameters live:
 Every rank must issue the same collectives in the same order: the driver gives each rank the same
 number of micro-batches, padding short shards with a zero-weight copy of one sequence.
 
-With ``roles`` (one LoRA adapter per role, ``_adapters.RoleAdapters``) the adapters are added before the
-model is sharded, and a step runs adapter by adapter in the same order on every rank: each rank switches
+With ``roles`` (one LoRA adapter per role, ``_adapters.RoleAdapters``) the adapters are added (and each
+loaded from its ``roles.<role>.init_adapter``, on every rank) before the model is sharded, and a step runs adapter by adapter in the same order on every rank: each rank switches
 to the adapter, runs its rows of that adapter and pads to the same micro-batch count as the rank with the
 most (a rank with none of its rows runs only zero-weight micro-batches), so every rank reduces the same
 gradients in the same order. One AdamW per adapter, all of them in the DCP checkpoint.
@@ -49,10 +49,9 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rllm.algorithms.losses import LossConfig
-from rllm.trainer.backends._adapters import add_adapters
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
-from rllm.trainer.config import TrainConfig, adapter_names
+from rllm.trainer.config import TrainConfig
 from rllm.trainer.profiler import CollectiveMeter
 from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
 
@@ -87,10 +86,8 @@ class _ShardedBackend(LocalBackend):
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # Tensor parallel would go here: a 2-D DeviceMesh ("dp", "tp"), parallelize_module(model,
         # mesh["tp"], plan) on each layer first, then fully_shard over mesh["dp"] as below.
-        if self.cfg.roles and hasattr(model, "peft_config"):
-            add_adapters(
-                model, adapter_names(self.cfg.roles)
-            )  # sharded with the rest (RoleAdapters finds them)
+        # With roles, LocalBackend.__init__ has added every adapter (and loaded its init_adapter) by now: they
+        # are sharded with the rest, and RoleAdapters finds them.
         mp = (
             MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             if self.device.type == "cuda" and self.autocast_dtype is not None

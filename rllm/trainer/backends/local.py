@@ -17,9 +17,9 @@ from transformers.cache_utils import DynamicCache
 from rllm.algorithms.logprobs import chunked_token_logprobs
 from rllm.algorithms.losses import LossConfig, aggregate_loss, compute_policy_loss
 from rllm.inference.local import left_pad, pick_device
-from rllm.trainer.backends._adapters import RoleAdapters
+from rllm.trainer.backends._adapters import RoleAdapters, add_adapters, init_adapters
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
-from rllm.trainer.config import TrainConfig
+from rllm.trainer.config import TrainConfig, adapter_names
 from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
 
 logger = logging.getLogger(__name__)
@@ -118,6 +118,11 @@ class LocalBackend(TrainingBackend):
                 task_type="CAUSAL_LM",
             )
             model = get_peft_model(model, peft_cfg)
+            if (
+                cfg.roles
+            ):  # every role's adapter, each started fresh or from its init_adapter, before sharding
+                add_adapters(model, adapter_names(cfg.roles))
+                init_adapters(model, cfg.roles, cfg.lora)
         elif cfg.algorithm.loss.kl_coef > 0:
             # Full fine-tune needs a frozen copy for the KL term; loaded only when the term is on.
             reference = AutoModelForCausalLM.from_pretrained(
