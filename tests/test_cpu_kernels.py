@@ -1,9 +1,11 @@
-"""The local engine's CPU kernel choices (rllm.inference.cpu_kernels) compute what transformers' own path does:
-decode attention over grouped key/value heads without copying the cache, and bf16 linears through fp32
-GEMMs on CPUs without native bf16 (tiny model; the speed they buy is in docs/results.md)."""
+"""The local engine's CPU kernel choices compute what transformers' own path does: decode attention over
+grouped key/value heads without copying the cache and bf16 linears through fp32 GEMMs on CPUs without
+native bf16 (rllm.inference.cpu_kernels), and a KV cache written in place into spare room
+(rllm.inference.decode_batch.RoomyLayer). Tiny model; the speed they buy is in docs/results.md."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -12,13 +14,14 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from rllm.inference.base import SamplingParams
+from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.cpu_kernels import (
     GQA_DECODE_ATTENTION,
     Fp32Gemm,
     cpu_lacks_native_half,
     gqa_decode_sdpa,
 )
+from rllm.inference.decode_batch import ROOM, RoomyLayer
 from rllm.inference.local import LocalEngine
 
 PROMPTS = ["The capital of France is", "1 2 3 4 5", "Once upon a time, in a land far away,"]
@@ -121,3 +124,40 @@ def test_fp32_gemm_engine_matches_native_bf16_and_follows_weight_syncs(tiny_mode
         for n, p in native.named_parameters():
             p.copy_(new[n])
     assert check() != before
+
+
+def test_roomy_layer_writes_in_place_until_its_room_runs_out() -> None:
+    layer = RoomyLayer()
+    k = torch.randn(2, 3, 5, 4)
+    layer.update(k, k + 1)
+    storage = layer.keys.untyped_storage().data_ptr()
+    cols = [torch.randn(2, 3, 1, 4) for _ in range(ROOM + 1)]
+    for i, col in enumerate(cols[:ROOM]):
+        keys, values = layer.update(col, col + 1)
+        assert keys.untyped_storage().data_ptr() == storage  # no copy: written into the room
+    keys, values = layer.update(cols[ROOM], cols[ROOM] + 1)
+    assert keys.untyped_storage().data_ptr() != storage  # out of room: one copy into a bigger buffer
+    expected = torch.cat([k, *cols], dim=-2)
+    assert torch.equal(keys, expected) and torch.equal(values, expected + 1)
+    layer.keys, layer.values = layer.keys[:1], layer.values[:1]  # a select: the next update copies those rows
+    keys, _ = layer.update(cols[0][:1], cols[0][:1])
+    assert torch.equal(keys, torch.cat([expected[:1], cols[0][:1]], dim=-2))
+
+
+def test_a_long_completion_past_the_cache_room_matches_the_stock_model(tiny_model_dir: Path) -> None:
+    engine = LocalEngine.from_pretrained(str(tiny_model_dir), device="cpu", dtype="float32")
+    stock = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    params = SamplingParams(temperature=1.0, max_tokens=2 * ROOM + 10, ignore_eos=True, seed=5)
+    results = asyncio.run(_generate_all(engine, [engine.tokenizer.encode(p) for p in PROMPTS], params))
+    for c in results:
+        assert len(c.completion_ids) == 2 * ROOM + 10
+        lp = _teacher_forced(stock, c.prompt_ids, c.completion_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs), lp, atol=1e-4, rtol=0)
+
+
+async def _generate_all(
+    engine: LocalEngine, prompts: list[list[int]], params: SamplingParams
+) -> list[Completion]:
+    """The prompts as one batch (rows of different lengths, left-padded)."""
+    outs = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+    return [c for (c,) in outs]

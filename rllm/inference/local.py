@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-from transformers.cache_utils import DynamicCache
 
 from rllm.inference.base import (
     Completion,
@@ -50,7 +49,7 @@ from rllm.inference.base import (
     WeightSyncError,
 )
 from rllm.inference.cpu_kernels import Fp32Gemm, cpu_lacks_native_half, use_gqa_decode_attention
-from rllm.inference.decode_batch import DecodeBatch, left_pad
+from rllm.inference.decode_batch import DecodeBatch, left_pad, new_cache
 from rllm.inference.devices import pick_device, pick_dtype
 from rllm.inference.grammar import Grammar, GrammarMatcher
 from rllm.inference.multi_lora import AdapterSet, AdapterTensors
@@ -381,7 +380,7 @@ class LocalEngine(EngineBase):
         # Each row's adapter slot (0: none). Rows only ever read their own KV-cache row, so rows of
         # different adapters share a batch but no state.
         slots = self._adapter_rows(rows)
-        cache = DynamicCache()
+        cache = new_cache()
         out = self.model(
             input_ids=input_ids,
             attention_mask=attn,
