@@ -75,6 +75,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--batch-sizes", default="1,8,32", help="comma-separated batch sizes (rows decoded together)"
     )
+    p.add_argument(
+        "--hf-batch-sizes",
+        default=None,
+        help="batch sizes HF generate runs (default: all of --batch-sizes); on a CPU without native bf16 "
+        "its bf16 batch 32 takes many minutes",
+    )
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="timed runs per batch size, after one warm-up run")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -105,6 +111,11 @@ def parse_args() -> argparse.Namespace:
         args.model, args.batch_sizes, args.max_new_tokens, args.repeats = "tiny", "1,4", 8, 1
         args.staggered, args.no_vllm = min(args.staggered, 8), True
     args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
+    args.hf_batch_sizes = (
+        [int(b) for b in str(args.hf_batch_sizes).split(",")] if args.hf_batch_sizes else args.batch_sizes
+    )
+    if not set(args.hf_batch_sizes) <= set(args.batch_sizes):
+        p.error(f"--hf-batch-sizes {args.hf_batch_sizes} must be among --batch-sizes {args.batch_sizes}")
     args.pool = [int(n) for n in str(args.pool).split(",") if n]
     return args
 
@@ -475,7 +486,9 @@ def main() -> None:
     common += ["--vllm-python", args.vllm_python] if args.vllm_python else []
     workers = [args.only] if args.only else [w for w in WORKERS if w != "vllm" or not skip_vllm]
     workers += [f"{POOL_PREFIX}{n}" for n in args.pool]
-    results = {w: run_worker(__file__, w, common) for w in workers}
+    hf_common = forward_args(args, names, model=model_path, batch_sizes=args.hf_batch_sizes)
+    hf_common += common[len(forward_args(args, names, model=model_path)) :]  # --threads, --vllm-python
+    results = {w: run_worker(__file__, w, hf_common if w == "hf" else common) for w in workers}
 
     print(
         f"\n## Generation throughput: {args.model}, {args.dtype}, {args.max_new_tokens} new tokens per row, "

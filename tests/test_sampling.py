@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from rllm.inference.sampling import filter_top_k_top_p, sample_tokens
@@ -122,3 +123,23 @@ def test_sampling_follows_the_distribution() -> None:
         tokens, _ = sample_tokens(logits, torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), [gen])
         counts[tokens[0]] += 1
     assert torch.allclose(counts / counts.sum(), torch.tensor([0.7, 0.2, 0.1]), atol=0.04)
+
+
+def test_shortcuts_give_what_the_full_path_gives() -> None:
+    """An all-greedy batch (no draw), a batch without greedy rows (no argmax) and an all-T=1 batch (no
+    division) pick the same tokens with the same logprobs as the same rows in a batch that takes every path."""
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
+    no_filter = torch.zeros(3, dtype=torch.long), torch.ones(3)
+
+    def run(rows: list[int], temps: list[float]) -> tuple[list[int], list[float]]:
+        gens = [torch.Generator().manual_seed(10 + r) for r in rows]
+        tok, lp = sample_tokens(
+            logits[rows], torch.tensor(temps), no_filter[0][rows], no_filter[1][rows], gens
+        )
+        return tok.tolist(), lp.tolist()
+
+    mixed_tok, mixed_lp = run([0, 1, 2], [0.0, 1.0, 0.5])  # greedy, T = 1, T = 0.5: nothing skipped
+    for rows, temps, picks in (([0], [0.0], [0]), ([1], [1.0], [1]), ([1, 2], [1.0, 0.5], [1, 2])):
+        tok, lp = run(rows, temps)
+        assert tok == [mixed_tok[i] for i in picks]
+        assert lp == pytest.approx([mixed_lp[i] for i in picks], abs=1e-6)

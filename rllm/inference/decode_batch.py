@@ -19,13 +19,14 @@ Between steps (the state these methods take and leave) the cache holds every tok
 one about to be sampled, ``attn_BT`` is as wide as the cache, and ``logits_BV`` holds each row's logits for
 its next token.
 
-Why a growing ``DynamicCache`` and not a preallocated (static) one: on CPU the per-step ``torch.cat`` it
-costs is small next to the forward pass. Measured 2026-12-03 on the shared 2-core EPYC VM (loaded, so
-relative numbers only): the 60 key/value concatenations of a SmolLM2-135M step at 32 rows take 2-4 ms at
-64-128 cached tokens (1 thread), a few percent of a step; and transformers' ``StaticCache`` decoded no
-faster end to end (8 rows, 48 steps, 1 thread: 160-188 ms per step against 152-155 ms), since its
-attention spans the whole preallocated length every step. A static cache would also make joins harder
-(rows written in place into free slots), so it is not used.
+Why a growing cache with spare room (:class:`RoomyLayer`) and not a preallocated (static) one: a plain
+``DynamicLayer`` concatenates every layer's keys and values with the new column each step, a copy of the
+whole cache per step (measured 2026-12-03 on the shared 2-core AMD EPYC, 1 thread, loaded: 11 % of an fp32
+batch-32 decode step at 74 cached tokens, and it grows with the length). :class:`RoomyLayer` keeps them in a
+buffer with ``ROOM`` free columns after the last one and writes the new column in place, copying only when the
+room runs out or the batch changes (a join, a leave). transformers' ``StaticCache`` was tried earlier and
+decoded no faster (8 rows, 48 steps, 1 thread: 160-188 ms per step against 152-155 ms), since its attention
+spans the whole preallocated length every step; here attention reads only the columns in use.
 """
 
 from __future__ import annotations
@@ -121,12 +122,55 @@ class DecodeBatch:
 _BATCH_TENSORS = ("attn_BT", "next_pos_B1", "logits_BV", "temperature_B", "top_k_B", "top_p_B", "slots_B")
 
 
+ROOM = 64  # free columns a RoomyLayer keeps after its last one: one copy of the cache per ROOM decode steps
+
+
+class RoomyLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values are views of a buffer with free columns after the last one:
+    ``update`` writes the new columns into the buffer instead of concatenating (module docstring). Whoever
+    assigns ``keys``/``values`` a tensor of their own (a merge, a select, padding) just does so; the next
+    ``update`` sees they are no longer its views and copies them into a fresh buffer."""
+
+    _views: tuple[torch.Tensor, torch.Tensor] | None = None  # the (keys, values) views update last handed out
+    _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        used, new = self.get_seq_length(), key_states.shape[-2]
+        ours = self._views is not None and self._views[0] is self.keys and self._views[1] is self.values
+        if not ours or self._buffers is None or used + new > self._buffers[0].shape[-2]:
+            shape = list(key_states.shape)
+            shape[-2] = used + new + ROOM
+            buf_k = key_states.new_empty(shape)
+            buf_v = value_states.new_empty([*shape[:-1], value_states.shape[-1]])
+            if used:
+                buf_k[:, :, :used] = self.keys
+                buf_v[:, :, :used] = self.values
+            self._buffers = (buf_k, buf_v)
+        buf_k, buf_v = self._buffers
+        buf_k[:, :, used : used + new] = key_states
+        buf_v[:, :, used : used + new] = value_states
+        self.keys, self.values = buf_k[:, :, : used + new], buf_v[:, :, : used + new]
+        self._views = (self.keys, self.values)
+        return self.keys, self.values
+
+
+def new_cache() -> DynamicCache:
+    """An empty cache whose layers are :class:`RoomyLayer` (created as the model's layers first write)."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = RoomyLayer
+    return cache
+
+
 def _layers(cache: DynamicCache) -> list[DynamicLayer]:
     """The cache's layers, checked to be plain growing layers (``[B, heads, T, head_dim]`` keys and values,
     every column kept): the only kind whose columns line up with the attention mask's."""
     layers = list(cache.layers)
     for layer in layers:
-        if type(layer) is not DynamicLayer:
+        if type(layer) not in (DynamicLayer, RoomyLayer):
             raise NotImplementedError(
                 f"the local engine's continuous batching needs plain DynamicLayer KV caches, not "
                 f"{type(layer).__name__}"

@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-from transformers.cache_utils import DynamicCache
 
 from rllm.inference.base import (
     Completion,
@@ -49,7 +48,8 @@ from rllm.inference.base import (
     SamplingParams,
     WeightSyncError,
 )
-from rllm.inference.decode_batch import DecodeBatch, left_pad
+from rllm.inference.cpu_kernels import Fp32Gemm, cpu_lacks_native_half, use_gqa_decode_attention
+from rllm.inference.decode_batch import DecodeBatch, left_pad, new_cache
 from rllm.inference.devices import pick_device, pick_dtype
 from rllm.inference.grammar import Grammar, GrammarMatcher
 from rllm.inference.multi_lora import AdapterSet, AdapterTensors
@@ -118,6 +118,15 @@ class LocalEngine(EngineBase):
         self._adapters: AdapterSet | None = None  # set by the first load_adapters
         self._merged_loaded = False  # load_weights was called: adapters are refused from then on
         self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
+        # CPU kernel choices that keep the computation (rllm.inference.cpu_kernels): fp32 GEMMs for a
+        # half-precision model on a CPU without native support for it, and decode attention that reads
+        # grouped key/value heads without copying the cache.
+        self._fp32_gemm: Fp32Gemm | None = None
+        if self.device.type == "cpu":
+            dtype = next(model.parameters()).dtype
+            if dtype in (torch.bfloat16, torch.float16) and cpu_lacks_native_half(dtype):
+                self._fp32_gemm = Fp32Gemm(model)
+            use_gqa_decode_attention(model)
 
     @classmethod
     def from_pretrained(
@@ -243,6 +252,8 @@ class LocalEngine(EngineBase):
                     if target is None:
                         raise KeyError(f"engine model has no parameter {name!r}")
                     target.copy_(tensor.to(dtype=target.dtype, device=target.device))
+                if self._fp32_gemm is not None:
+                    self._fp32_gemm.refresh()
                 self.weight_version = self.weight_version + 1 if version is None else version
         finally:
             self._swap.clear()
@@ -369,7 +380,7 @@ class LocalEngine(EngineBase):
         # Each row's adapter slot (0: none). Rows only ever read their own KV-cache row, so rows of
         # different adapters share a batch but no state.
         slots = self._adapter_rows(rows)
-        cache = DynamicCache()
+        cache = new_cache()
         out = self.model(
             input_ids=input_ids,
             attention_mask=attn,

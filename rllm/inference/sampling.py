@@ -51,9 +51,25 @@ def sample_tokens(
     """
     logits_BV = logits_BV.float()
     greedy_B = temperature_B <= 0
-    safe_t = torch.where(greedy_B, torch.ones_like(temperature_B), temperature_B).unsqueeze(1)
-    scaled = logits_BV / safe_t
+    # Shortcuts that skip work whose result is not used (the same tokens and logprobs either way): a batch
+    # of greedy rows draws nothing, one without greedy rows takes no argmax, and T = 1 divides by nothing.
+    all_greedy, any_greedy = bool(greedy_B.all()), bool(greedy_B.any())
+    if bool(((temperature_B == 1.0) | greedy_B).all()):
+        scaled = logits_BV
+    else:
+        safe_t = torch.where(greedy_B, torch.ones_like(temperature_B), temperature_B).unsqueeze(1)
+        scaled = logits_BV / safe_t
     logprobs_BV = torch.log_softmax(scaled, dim=-1)
+    greedy_pick = None
+    if any_greedy:
+        greedy_pick = (
+            logits_BV.argmax(dim=-1)
+            if allowed_BV is None
+            else logits_BV.masked_fill(~allowed_BV, float("-inf")).argmax(dim=-1)
+        )
+    if all_greedy:
+        assert greedy_pick is not None
+        return greedy_pick, logprobs_BV.gather(1, greedy_pick.unsqueeze(1)).squeeze(1)
     # The mask goes first (as in vLLM), so top-k / top-p pick among the allowed tokens and never leave none.
     filtered = scaled if allowed_BV is None else scaled.masked_fill(~allowed_BV, float("-inf"))
     if bool(((top_k_B > 0) | (top_p_B < 1.0)).any()):
@@ -68,11 +84,6 @@ def sample_tokens(
     sampled_B = (
         torch.searchsorted(cdf_BV, target_B1, right=True).squeeze(1).clamp(max=logits_BV.shape[-1] - 1)
     )
-    greedy_pick = (
-        logits_BV.argmax(dim=-1)
-        if allowed_BV is None
-        else logits_BV.masked_fill(~allowed_BV, float("-inf")).argmax(dim=-1)
-    )
-    tokens = torch.where(greedy_B, greedy_pick, sampled_B)
+    tokens = sampled_B if greedy_pick is None else torch.where(greedy_B, greedy_pick, sampled_B)
     chosen = logprobs_BV.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens, chosen

@@ -1,0 +1,98 @@
+"""Where one decode step of the local engine spends its time: torch.profiler's per-op self CPU time over a few
+decode steps of a batch of B rows, and an interleaved A/B of the step time against the same engine with its
+CPU kernel choices undone (``rllm.inference.cpu_kernels``: fp32 GEMMs for bf16 on CPUs without native bf16,
+decode attention without ``repeat_kv``).
+
+Both engines load the same model in one process and decode the same chat prompts at temperature 1; their
+steps alternate in rounds of 4 (so machine load hits both alike) and the median step time is reported.
+The profile covers ``--steps`` steps of the engine as it is (``--profile baseline`` profiles the other).
+
+    python benchmarks/profile_decode_step.py                          # bf16, B = 32, 1 thread
+    python benchmarks/profile_decode_step.py --dtype float32 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+import torch
+from _common import chat_prompt_ids, machine_line, resolve_bench_model
+from torch.profiler import ProfilerActivity, profile
+
+from rllm.inference.base import SamplingParams
+from rllm.inference.local import LocalEngine, _Row
+
+
+def undo_cpu_kernels(engine: LocalEngine) -> None:
+    """Put the engine's model back on transformers' own kernels (bf16 GEMMs, SDPA with ``repeat_kv``)."""
+    if engine._fp32_gemm is not None:
+        for linear, _, _ in engine._fp32_gemm.linears:
+            del linear.forward  # the instance attribute; nn.Linear.forward is back
+        engine._fp32_gemm = None
+    engine.model.set_attn_implementation("sdpa")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--batch", type=int, default=32, help="rows decoding together")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: least sensitive to load)")
+    p.add_argument("--rounds", type=int, default=6, help="A/B rounds of 4 decode steps per engine")
+    p.add_argument("--steps", type=int, default=6, help="decode steps profiled")
+    p.add_argument("--profile", choices=["engine", "baseline"], default="engine")
+    p.add_argument("--rows", type=int, default=20, help="ops shown in the profile table")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    path = resolve_bench_model(args.model)
+    engines = {
+        "engine": LocalEngine.from_pretrained(path, device="cpu", dtype=args.dtype),
+        "baseline": LocalEngine.from_pretrained(path, device="cpu", dtype=args.dtype),
+    }
+    undo_cpu_kernels(engines["baseline"])
+    tok = engines["engine"].tokenizer
+    prompts = [
+        chat_prompt_ids(tok, f"Which number is larger, {i * 7 % 97} or {i * 13 % 89}? Answer briefly.")
+        for i in range(args.batch)
+    ]
+    loop = asyncio.new_event_loop()
+
+    def rows() -> list[_Row]:
+        params = [
+            SamplingParams(temperature=1.0, max_tokens=10**4, ignore_eos=True, seed=i)
+            for i in range(args.batch)
+        ]
+        return [
+            _Row(pr, pa, torch.Generator().manual_seed(i), loop.create_future(), loop)
+            for i, (pr, pa) in enumerate(zip(prompts, params))
+        ]
+
+    print(machine_line())
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    with torch.inference_mode():
+        batches = {name: e._prefill(rows()) for name, e in engines.items()}
+        for r in range(args.rounds + 1):  # round 0 warms up
+            for name in list(engines)[:: 1 if r % 2 else -1]:
+                t0 = time.perf_counter()
+                for _ in range(4):
+                    batches[name] = engines[name]._decode_step(batches[name])
+                if r:
+                    times[name].append((time.perf_counter() - t0) / 4)
+        new, old = statistics.median(times["engine"]), statistics.median(times["baseline"])
+        print(
+            f"{args.dtype}, B={args.batch}, {args.threads} thread(s), cache width {batches['engine'].width}: "
+            f"baseline {old * 1e3:.0f} ms/step ({args.batch / old:.1f} tok/s), engine {new * 1e3:.0f} ms/step "
+            f"({args.batch / new:.1f} tok/s), {old / new:.2f}x"
+        )
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(args.steps):
+                batches[args.profile] = engines[args.profile]._decode_step(batches[args.profile])
+    print(f"profile of {args.steps} decode steps ({args.profile}):")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+
+
+if __name__ == "__main__":
+    main()
