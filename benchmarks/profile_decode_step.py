@@ -9,6 +9,7 @@ The profile covers ``--steps`` steps of the engine as it is (``--profile baselin
 
     python benchmarks/profile_decode_step.py                          # bf16, B = 32, 1 thread
     python benchmarks/profile_decode_step.py --dtype float32 --threads 2
+    python benchmarks/profile_decode_step.py --quick                  # tiny model, B = 4: the CI plumbing check
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def undo_cpu_kernels(engine: LocalEngine) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument(
+        "--quick", action="store_true", help="tiny model, B = 4, 1 round, 2 steps: the CI plumbing check"
+    )
+    p.add_argument("--model", default=None, help="model (default smollm2-135m; --quick: tiny)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--batch", type=int, default=32, help="rows decoding together")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: least sensitive to load)")
@@ -46,8 +50,10 @@ def main() -> None:
     p.add_argument("--profile", choices=["engine", "baseline"], default="engine")
     p.add_argument("--rows", type=int, default=20, help="ops shown in the profile table")
     args = p.parse_args()
+    if args.quick:
+        args.batch, args.rounds, args.steps = min(args.batch, 4), 1, 2
     torch.set_num_threads(args.threads)
-    path = resolve_bench_model(args.model)
+    path = resolve_bench_model(args.model or ("tiny" if args.quick else "smollm2-135m"))
     engines = {
         "engine": LocalEngine.from_pretrained(path, device="cpu", dtype=args.dtype),
         "baseline": LocalEngine.from_pretrained(path, device="cpu", dtype=args.dtype),
