@@ -65,7 +65,9 @@ EXAMPLES = [
     Example("frozenlake", "config", "examples/frozenlake/config.yaml"),
     Example("solver_judge", "config", "examples/solver_judge/config.yaml"),
     Example("tool_agent", "config", "examples/tool_agent/config.yaml"),
-    Example("train_builtin", "script", "examples/train_builtin.py"),
+    # examples/train_builtin.py trains examples/configs/larger_lora.yaml (the defaults written out) for 20
+    # steps and takes no overrides: its config, run the way the CLI runs it
+    Example("train_builtin", "config", "examples/configs/larger_lora.yaml"),
     Example("openai_agent", "script", "examples/openai_agent/train.py"),
     Example("openai_agents_sdk", "script", "examples/openai_agents_sdk/train.py", needs="agents"),
     Example("langgraph_agent", "script", "examples/langgraph_agent/train.py", needs="langgraph"),
