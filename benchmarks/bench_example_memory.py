@@ -239,7 +239,8 @@ def main() -> None:
         ]
     print(header_line())
     print(f"{machine_line()}; {args.steps} step(s) per example; extra overrides: {extra or 'none'}\n")
-    rows = [measure(e, args, extra) for e in EXAMPLES if e.name in chosen]
+    by_name = {e.name: e for e in EXAMPLES}
+    rows = [measure(by_name[n], args, extra) for n in chosen]  # in the order asked for
     table = []
     for r in rows:
         if "skipped" in r:
