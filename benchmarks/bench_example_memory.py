@@ -186,7 +186,11 @@ def measure(ex: Example, args: argparse.Namespace, extra: list[str]) -> dict[str
                 argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
             dog = Watchdog(proc, args.kill_gb * GB)
-            _, status, usage = os.wait4(proc.pid, 0)
+            try:
+                _, status, usage = os.wait4(proc.pid, 0)
+            except BaseException:  # interrupted (Ctrl-C, SIGTERM): the child has its own session, end it too
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
             proc.returncode = os.waitstatus_to_exitcode(status)
         row: dict[str, object] = {
             "name": ex.name,
@@ -207,6 +211,9 @@ def measure(ex: Example, args: argparse.Namespace, extra: list[str]) -> dict[str
 
 
 def main() -> None:
+    signal.signal(
+        signal.SIGTERM, signal.default_int_handler
+    )  # SIGTERM ends the running child, as Ctrl-C does
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
