@@ -13,7 +13,7 @@ from rllm.algorithms.losses import LossConfig
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine
 from rllm.trainer.backends.base import UnsupportedConfigError
-from rllm.trainer.backends.local import LocalBackend
+from rllm.trainer.backends.local import LocalBackend, cut_micro_batches, micro_batch_order
 from rllm.trainer.config import TrainConfig
 from rllm.types import TrainBatch, TrainSequence
 from rllm.utils.config import load_config
@@ -123,6 +123,52 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_model_dir, agg: str) 
     assert small["train/loss"] == pytest.approx(big["train/loss"], rel=1e-5)
     assert small["train/clip_fraction"] == pytest.approx(big["train/clip_fraction"], rel=1e-5)
     assert 0 < big["train/clip_fraction"] < 1
+
+
+def test_cut_micro_batches_bounds_rows_and_padded_tokens() -> None:
+    """Every row once, in micro_batch_order; at most max_rows rows and max_tokens padded tokens (rows x the
+    longest) a micro-batch, except a row longer than the budget, alone; a budget of 0 cuts by rows only."""
+    batch = _grouped_batch(seed=3, groups=5, group_size=4)
+    seqs = batch.sequences
+    order = micro_batch_order(seqs)
+    assert cut_micro_batches(seqs, 8, 0) == [order[i : i + 8] for i in range(0, len(order), 8)]
+    for max_rows, max_tokens in [(8, 24), (3, 30), (16, 5)]:
+        cuts = cut_micro_batches(seqs, max_rows, max_tokens)
+        assert [i for mb in cuts for i in mb] == order
+        for mb in cuts:
+            longest = max(len(seqs[i].input_ids) for i in mb)
+            assert len(mb) <= max_rows
+            assert len(mb) * longest <= max_tokens or len(mb) == 1
+    # the budget binds: 5 tokens is shorter than every row, so every row runs alone
+    assert len(cut_micro_batches(seqs, 16, 5)) == len(seqs)
+
+
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_token_budget_gives_the_full_batch_gradient(tiny_model_dir, share_prefix: bool) -> None:
+    """backend.micro_batch_tokens splits a batch (and its groups: a shared prompt runs once per micro-batch)
+    without changing the loss or the gradient."""
+    batch = _grouped_batch(seed=2)
+    results = {}
+    for budget in (0, 20):
+        backend = _backend(
+            tiny_model_dir,
+            "lora.enabled=false",
+            "backend.micro_batch_size=16",
+            f"backend.micro_batch_tokens={budget}",
+            f"backend.share_prefix={share_prefix}",
+        )
+        assert len(backend._micro_batches(batch)) == (
+            1 if budget == 0 else len(cut_micro_batches(batch.sequences, 16, 20))
+        )
+        metrics = backend.forward_backward(batch, LossConfig())
+        results[budget] = (metrics["train/loss"], _grads(backend))
+    assert len(cut_micro_batches(batch.sequences, 16, 20)) > 2
+    (loss_one, g_one), (loss_cut, g_cut) = results[0], results[20]
+    assert loss_cut == pytest.approx(loss_one, rel=1e-5)
+    assert g_one.keys() == g_cut.keys() and g_one
+    for name in g_one:
+        scale = float(g_one[name].abs().max())
+        assert float((g_one[name] - g_cut[name]).abs().max()) <= 1e-4 * scale + 1e-12, name
 
 
 def test_forward_backward_reports_the_logprobs_it_trained_on(tiny_model_dir) -> None:

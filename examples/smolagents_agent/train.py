@@ -38,6 +38,12 @@ DEFAULTS = [
     "rollout.max_tokens=48",  # per model call; a forced call is ~25 tokens
     "rollout.temperature=0.7",
     "backend.micro_batch_size=4",
+    # Each model call is its own row (280-720 tokens in a run's traces), dozens a step, and the
+    # activations an update keeps cost ~2.5 MB a token on a float32 CPU, on top of what sampling holds (a run
+    # of these defaults was at 4.9 GB RSS in its held-out eval; runs before them peaked at 6.3-12.7 GB). Recomputing them keeps one layer's at a time,
+    # for a second forward; it needs share_prefix off (docs/profiling.md).
+    "backend.gradient_checkpointing=true",
+    "backend.share_prefix=false",
     "eval.every_steps=0",  # held-out eval before and after only
     "eval.max_tokens=48",
     "data.train_size=2000",

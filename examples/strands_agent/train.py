@@ -40,6 +40,9 @@ DEFAULTS = [
     # The prompt (tool description + worked examples) is ~420 tokens: 16 such sequences in one
     # forward/backward took a run's peak RSS to 13.7 GB on CPU; 4 at a time, 7.1 GB, at the same speed.
     "backend.micro_batch_size=4",
+    # and at most 1024 padded tokens a pass: a ~600-token row then trains alone (about 2 MB a token in
+    # float32 on a CPU without bf16, as the tool template measured: docs/results.md, its memory section)
+    "backend.micro_batch_tokens=1024",
     "eval.every_steps=0",  # held-out eval before and after only
     "eval.max_tokens=96",
     "data.train_size=2000",

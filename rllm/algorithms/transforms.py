@@ -452,6 +452,8 @@ def build_train_batch(groups: list[TrajectoryGroup], *, merge: bool = True) -> T
     batch.metrics = {
         "batch/num_sequences": float(len(sequences)),
         "batch/num_response_tokens": float(batch.num_response_tokens),
+        # what a micro-batch's activations grow with (docs/profiling.md)
+        "batch/max_row_tokens": float(max((len(s.input_ids) for s in sequences), default=0)),
         "batch/skipped_empty_steps": float(
             sum(not s.response_ids for g in groups for _, t in g.members for s in t.steps)
         ),

@@ -219,6 +219,14 @@ class BackendConfig(_PluginSection):
     micro_batch_size: int = Field(
         16, gt=0, description="Sequences per forward/backward pass (gradients accumulate)."
     )
+    micro_batch_tokens: int = Field(
+        2048,
+        ge=0,
+        description="At most this many padded tokens (rows x the micro-batch's longest row) per forward/backward "
+        "pass, besides micro_batch_size's rows: the activations a pass keeps grow with its tokens (about 1 MB a "
+        "token on SmolLM2-135M), so long multi-turn rows train a few at a time and short ones micro_batch_size at "
+        "a time; a longer row runs alone. Same results (gradients accumulate; docs/profiling.md); 0 = rows only.",
+    )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward to save memory."
     )

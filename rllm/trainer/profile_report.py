@@ -268,7 +268,14 @@ def _memory_advice(p: Profile) -> list[str]:
     micro = _key(c, "backend.micro_batch_size", "?")
     chunk = _key(c, "backend.logprob_chunk_tokens", 1024)
     if where == "train":
-        ways = [f"lower backend.micro_batch_size (now {micro})"]
+        tokens = _key(c, "backend.micro_batch_tokens", 2048)
+        # a pass keeps activations for its padded tokens: the token budget bounds them whatever the rows' lengths
+        ways = [
+            f"lower backend.micro_batch_tokens (now {tokens})"
+            if tokens
+            else "bound the tokens per pass (backend.micro_batch_tokens=2048; it is 0, off)",
+            f"lower backend.micro_batch_size (now {micro})",
+        ]
         if not chunk:
             ways.insert(0, "compute logprobs in chunks (backend.logprob_chunk_tokens=1024; it is 0, off)")
         elif chunk > 1024:

@@ -184,6 +184,7 @@ def test_build_train_batch_aligns_tokens_masks_and_advantages():
     assert last.advantages == [0.0, 0.0, -0.5, 0.0, -0.5] and last.weight_version == 7
     assert batch.metrics["batch/skipped_empty_steps"] == 1.0
     assert batch.metrics["batch/num_response_tokens"] == 6.0 == batch.num_response_tokens
+    assert batch.metrics["batch/max_row_tokens"] == max(len(s.input_ids) for s in batch.sequences)
 
 
 def test_build_train_batch_requires_advantages():

@@ -25,13 +25,15 @@ from transformers import AutoModelForCausalLM
 from rllm.algorithms.losses import LossConfig
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.distributed import DistributedBackend, split_by_tokens
-from rllm.trainer.backends.local import LocalBackend
+from rllm.trainer.backends.local import LocalBackend, cut_micro_batches
 
 PARAM_ATOL = 2e-4
 STEPS = 3
 LOSS = LossConfig(kl_coef=0.1)  # the KL term: reference logprobs come from the ranks too
 MODE_OVERRIDES = {"lora": ["lora.enabled=true"], "full": ["lora.enabled=false"]}
-COMMON = ["backend.micro_batch_size=2", "algorithm.loss.kl_coef=0.1"]
+# At most 2 rows and 16 padded tokens a micro-batch: the token budget cuts some pairs (rows of 3-15 tokens), so the
+# driver's micro-batch counts must be the ranks' own cuts, not rows / 2
+COMMON = ["backend.micro_batch_size=2", "backend.micro_batch_tokens=16", "algorithm.loss.kl_coef=0.1"]
 
 
 def _weights(backend: Any) -> dict[str, torch.Tensor]:
@@ -80,8 +82,14 @@ def run(request, ray_cluster, tiny_model_dir, tmp_path_factory) -> Any:
 
 def test_batches_exercise_uneven_shards() -> None:
     """At least one step gives the ranks different micro-batch counts, so the zero-weight padding runs."""
-    counts = [[-(-len(s) // 2) for s in split_by_tokens(make_batch(seed), 2)] for seed in range(STEPS)]
+
+    def count(seed: int, shard: list[int]) -> int:
+        return len(cut_micro_batches([make_batch(seed).sequences[i] for i in shard], 2, 16))
+
+    counts = [[count(seed, s) for s in split_by_tokens(make_batch(seed), 2)] for seed in range(STEPS)]
     assert any(c[0] != c[1] for c in counts), counts
+    cuts = [len(mb) for seed in range(STEPS) for mb in cut_micro_batches(make_batch(seed).sequences, 2, 16)]
+    assert 1 in cuts and 2 in cuts  # the budget cuts some pairs, and keeps others
     shards = split_by_tokens(make_batch(0), 2)
     assert sorted(i for s in shards for i in s) == list(range(8))  # a partition of the batch
 

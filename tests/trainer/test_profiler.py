@@ -96,6 +96,7 @@ def test_advice_follows_the_numbers(tmp_path: Path) -> None:
     assert lines[0].startswith("rollout is 77 % of the step") and "inference.engine=vllm" in lines[0]
     memory = next(line for line in lines if line.startswith("peak RSS"))
     assert "in the update" in memory and "backend.logprob_chunk_tokens=1024" in memory and "now 16" in memory
+    assert "backend.micro_batch_tokens (now 2048)" in memory  # the config's default when it does not say
     _keys_exist(lines)
     assert "forward_backward" in render(p)
 

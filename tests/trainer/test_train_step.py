@@ -54,6 +54,7 @@ _UPDATE = {
     "advantage/max",
     "batch/num_sequences",
     "batch/num_response_tokens",
+    "batch/max_row_tokens",
     "batch/skipped_empty_steps",
     "batch/merged_steps",
     "train/clip_fraction",

@@ -168,7 +168,7 @@ class _ShardedBackend(LocalBackend):
                             ref_logprobs=_pick(ref_logprobs, idx),
                             logprobs_sink=sink,
                         )
-                    self._pad_backward(count - self._micro_count(len(idx)), loss, filler)
+                    self._pad_backward(count - self._micro_count(shard, idx), loss, filler)
                 for k, v in part_sums.items():
                     sums[k] = sums.get(k, 0.0) + v
                 weight += part_weight
@@ -205,9 +205,8 @@ class _ShardedBackend(LocalBackend):
             loss_norm_sequences=sequences,
         )
 
-    def _micro_count(self, rows: int) -> int:
-        mb = self.cfg.backend.micro_batch_size
-        return -(-rows // mb)
+    def _micro_count(self, shard: TrainBatch, idx: list[int]) -> int:
+        return len(self._micro_batches(self._part(shard, idx))) if idx else 0
 
     def _active(self, name: str) -> contextlib.AbstractContextManager:
         assert self.roles is not None
@@ -234,7 +233,7 @@ class _ShardedBackend(LocalBackend):
                 if idx:
                     for i, row in zip(idx, self._logprobs(self._part(shard, idx), reference=False)):
                         rows[i] = row
-                for _ in range(count - self._micro_count(len(idx))):
+                for _ in range(count - self._micro_count(shard, idx)):
                     self._logprobs(pad, reference=False)
         return rows
 

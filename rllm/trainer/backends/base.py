@@ -61,6 +61,7 @@ class BackendCapabilities(BaseModel):
             "device",
             "autocast",
             "micro_batch_size",
+            "micro_batch_tokens",
             "gradient_checkpointing",
             "attn_implementation",
             "share_prefix",

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import random
 import signal
 import socket
@@ -48,7 +47,7 @@ import torch
 
 from rllm.algorithms.losses import LossConfig
 from rllm.trainer.backends.base import TrainingBackend, UnsupportedConfigError
-from rllm.trainer.backends.local import LOCAL_CAPABILITIES, micro_batch_order
+from rllm.trainer.backends.local import LOCAL_CAPABILITIES, cut_micro_batches, micro_batch_order
 from rllm.trainer.config import TrainConfig, adapter_names, role_adapters
 from rllm.trainer.profiler import collective_metrics
 from rllm.types import DEFAULT_ADAPTER, TrainBatch
@@ -293,11 +292,16 @@ class DistributedBackend(TrainingBackend):
         shortest sequence: the zero-weight micro-batch a rank with fewer sequences pads with) and, with
         roles, the adapters with rows in order, each with the micro-batch count every rank runs for it
         (each adapter's rows are split across the ranks on their own)."""
-        mb = self.cfg.backend.micro_batch_size
+        b = self.cfg.backend
+
+        def micro_count(idx: list[int]) -> int:  # what the rank's _micro_batches will cut these rows into
+            rows = [batch.sequences[i] for i in idx]
+            return len(cut_micro_batches(rows, b.micro_batch_size, b.micro_batch_tokens))
+
         filler = min(range(len(batch.sequences)), key=lambda i: len(batch.sequences[i].input_ids))
         if not self._adapter_names:
             shards = split_by_tokens(batch, self.world_size)
-            return shards, max(math.ceil(len(s) / mb) for s in shards), filler, None
+            return shards, max(micro_count(s) for s in shards), filler, None
         rows: dict[str, list[int]] = {name: [] for name in self._adapter_names}
         for i, s in enumerate(batch.sequences):
             rows[self._role_adapters.get(s.trajectory_name, DEFAULT_ADAPTER)].append(i)
@@ -309,8 +313,8 @@ class DistributedBackend(TrainingBackend):
             parts = split_by_tokens(TrainBatch(sequences=[batch.sequences[i] for i in idx]), self.world_size)
             for shard, part in zip(shards, parts):
                 shard.extend(idx[j] for j in part)
-            counts[name] = max(math.ceil(len(p) / mb) for p in parts)
-        return shards, max(math.ceil(len(s) / mb) for s in shards), filler, counts
+            counts[name] = max(micro_count([idx[j] for j in p]) for p in parts)
+        return shards, max(micro_count(s) for s in shards), filler, counts
 
     def forward_backward(
         self,

@@ -84,6 +84,29 @@ def micro_batch_order(sequences: list[TrainSequence]) -> list[int]:
     )
 
 
+def cut_micro_batches(sequences: list[TrainSequence], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """The micro-batches of ``sequences`` (indices, in :func:`micro_batch_order`): each at most ``max_rows``
+    rows and, when ``max_tokens`` > 0, at most ``max_tokens`` padded tokens (its rows times its longest
+    row); a row longer than ``max_tokens`` is a micro-batch of its own. A pass keeps activations for its
+    padded tokens, so the budget bounds a step's memory whatever the rows' lengths (``backend.micro_batch_tokens``).
+    Every backend cuts with this one function, so a driver can count the micro-batches its ranks will run."""
+    out: list[list[int]] = []
+    longest = 0
+    for i in micro_batch_order(sequences):
+        n = len(sequences[i].input_ids)
+        if (
+            out
+            and len(out[-1]) < max_rows
+            and (max_tokens <= 0 or (len(out[-1]) + 1) * max(longest, n) <= max_tokens)
+        ):
+            out[-1].append(i)
+            longest = max(longest, n)
+        else:
+            out.append([i])
+            longest = n
+    return out
+
+
 class LocalBackend(TrainingBackend):
     """Owns the policy (fp32 master weights), the optimizer and the LR schedule."""
 
@@ -176,9 +199,9 @@ class LocalBackend(TrainingBackend):
 
     # ------------------------------------------------------------------ tensors
     def _micro_batches(self, batch: TrainBatch) -> list[list[TrainSequence]]:
-        seqs = [batch.sequences[i] for i in micro_batch_order(batch.sequences)]
-        mb = self.cfg.backend.micro_batch_size
-        return [seqs[i : i + mb] for i in range(0, len(seqs), mb)]
+        b = self.cfg.backend
+        cuts = cut_micro_batches(batch.sequences, b.micro_batch_size, b.micro_batch_tokens)
+        return [[batch.sequences[i] for i in mb] for mb in cuts]
 
     def _pad(self, seqs: list[TrainSequence]) -> dict[str, torch.Tensor]:
         T = max(len(s.input_ids) for s in seqs)
