@@ -141,9 +141,8 @@ class LocalBackend(TrainingBackend):
                 task_type="CAUSAL_LM",
             )
             model = get_peft_model(model, peft_cfg)
-            if (
-                cfg.roles
-            ):  # every role's adapter, each started fresh or from its init_adapter, before sharding
+            # Every role's adapter, each started fresh or from its init_adapter, before sharding.
+            if cfg.roles:
                 add_adapters(model, adapter_names(cfg.roles))
                 init_adapters(model, cfg.roles, cfg.lora)
         elif cfg.algorithm.loss.kl_coef > 0:
