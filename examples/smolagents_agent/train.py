@@ -40,8 +40,9 @@ DEFAULTS = [
     "backend.micro_batch_size=4",
     # Each model call is its own row (280-720 tokens in a run's traces), dozens a step, and the
     # activations an update keeps cost ~2.5 MB a token on a float32 CPU, on top of what sampling holds (a run
-    # of these defaults was at 4.9 GB RSS in its held-out eval; runs before them peaked at 6.3-12.7 GB). Recomputing them keeps one layer's at a time,
-    # for a second forward; it needs share_prefix off (docs/profiling.md).
+    # of these defaults was at 4.9 GB RSS in its held-out eval; runs before them peaked at 6.3-12.7 GB).
+    # Recomputing them keeps one layer's at a time, for a second forward; it needs share_prefix off
+    # (docs/profiling.md).
     "backend.gradient_checkpointing=true",
     "backend.share_prefix=false",
     "eval.every_steps=0",  # held-out eval before and after only
@@ -62,8 +63,8 @@ async def calculator_agent(task: dict, config: rllm.AgentConfig) -> str:
     # The agent is built per episode: config.base_url is this episode's gateway session. One call per model
     # turn (parallel_tool_calls=False, as OpenAI's API spells it): under tool_choice "required" the grammar
     # otherwise lets a second call follow the first, and the small model starts one in most replies, which
-    # max_tokens then cuts mid-call, so the reply parses as no call at all (measured: 83 of 87 calls at
-    # 5735192 ended by length, none parsed; docs/results.md).
+    # max_tokens then cuts mid-call, so the reply parses as no call at all (measured at 5735192: 0 of 46
+    # held-out and 1 of 41 training calls parsed; docs/results.md).
     agent = build_agent(
         config.base_url, config.api_key, config.model, max_tokens=48, parallel_tool_calls=False
     )

@@ -6,6 +6,9 @@ Every test here runs real Ray actors and a real gloo process group on this machi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,31 @@ from rllm.types import TrainBatch, TrainSequence
 from rllm.utils.config import load_config
 
 PAD_ID = 2
+TESTS = Path(__file__).resolve().parents[1]
+DIST = (
+    "backend.name=distributed",
+    "backend.distributed.world_size=2",
+    "backend.distributed.startup_timeout_s=120",
+)
+
+
+def run_resume_job(model: Path | str, tmp_path: Path, *overrides: str) -> Path:
+    """Run the resume job (tests/resume_job.py) on 2 gloo ranks in a child process with ``overrides``;
+    fail with the end of its log unless it exits 0. Returns the run directory."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS.parent)}
+    log = tmp_path / "job.log"
+    with log.open("w") as out:
+        proc = subprocess.run(
+            [sys.executable, str(TESTS / "resume_job.py"), str(model), str(runs), *DIST, *overrides],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+    assert proc.returncode == 0, log.read_text()[-4000:]
+    return runs / "job"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

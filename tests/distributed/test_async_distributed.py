@@ -6,40 +6,16 @@ trained once, no sample older than the bound, and the producer ran ahead of the 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import require_ray
+from conftest import require_ray, run_resume_job
 
 from rllm.store.journal import EpisodeJournal
-
-TESTS = Path(__file__).resolve().parents[1]
-JOB = TESTS / "resume_job.py"
-DIST = (
-    "backend.name=distributed",
-    "backend.distributed.world_size=2",
-    "backend.distributed.startup_timeout_s=120",
-)
 
 
 def test_async_training_on_the_distributed_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
     require_ray()
-    runs = tmp_path / "runs"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS.parent)}
-    log = tmp_path / "job.log"
-    with log.open("w") as out:
-        proc = subprocess.run(
-            [sys.executable, str(JOB), str(tiny_model_dir), str(runs), *DIST, "rollout.max_staleness=1"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            timeout=600,
-            check=False,
-        )
-    assert proc.returncode == 0, log.read_text()[-4000:]
-    run = runs / "job"
+    run = run_resume_job(tiny_model_dir, tmp_path, "rollout.max_staleness=1")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(r["rollout/staleness_max"] <= 1 and r["rollout/dropped_stale"] == 0 for r in rows)

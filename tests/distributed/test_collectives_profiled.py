@@ -5,44 +5,16 @@ all-gathers and reduce-scatters (and the sync's gathers), measured with torch.pr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import require_ray
+from conftest import require_ray, run_resume_job
 
 from rllm.trainer.profile_report import load_profile, render
-
-TESTS = Path(__file__).resolve().parents[1]
-JOB = TESTS / "resume_job.py"
-DIST = (
-    "backend.name=distributed",
-    "backend.distributed.world_size=2",
-    "backend.distributed.startup_timeout_s=120",
-)
-
-
-def _run(model: Path, tmp_path: Path, *overrides: str) -> Path:
-    runs = tmp_path / "runs"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS.parent)}
-    log = tmp_path / "job.log"
-    with log.open("w") as out:
-        proc = subprocess.run(
-            [sys.executable, str(JOB), str(model), str(runs), *DIST, *overrides],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            timeout=600,
-            check=False,
-        )
-    assert proc.returncode == 0, log.read_text()[-4000:]
-    return runs / "job"
 
 
 def test_each_step_logs_the_ranks_time_in_collectives(tiny_model_dir: Path, tmp_path: Path) -> None:
     require_ray()
-    run = _run(
+    run = run_resume_job(
         tiny_model_dir,
         tmp_path,
         "trainer.steps=2",
