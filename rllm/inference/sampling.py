@@ -67,9 +67,8 @@ def sample_tokens(
             if allowed_BV is None
             else logits_BV.masked_fill(~allowed_BV, float("-inf")).argmax(dim=-1)
         )
-    if all_greedy:
-        assert greedy_pick is not None
-        return greedy_pick, logprobs_BV.gather(1, greedy_pick.unsqueeze(1)).squeeze(1)
+        if all_greedy:
+            return greedy_pick, logprobs_BV.gather(1, greedy_pick.unsqueeze(1)).squeeze(1)
     # The mask goes first (as in vLLM), so top-k / top-p pick among the allowed tokens and never leave none.
     filtered = scaled if allowed_BV is None else scaled.masked_fill(~allowed_BV, float("-inf"))
     if bool(((top_k_B > 0) | (top_p_B < 1.0)).any()):
