@@ -16,6 +16,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from rllm.inference.base import Completion, SamplingParams
 from rllm.inference.cpu_kernels import (
+    FP32_GEMM_MIN_ROWS,
     GQA_DECODE_ATTENTION,
     Fp32Gemm,
     cpu_lacks_native_half,
@@ -89,6 +90,19 @@ def test_fp32_gemm_is_a_bf16_gemm_with_fp32_accumulation() -> None:
     step = exact.float().abs().clamp(min=1e-3) * 2**-7
     assert bool(((ours.float() - exact.float()).abs() <= step).all())
     assert bool(((native.float() - exact.float()).abs() <= step).all())
+
+
+def test_fp32_gemm_leaves_a_few_rows_to_the_bf16_weights() -> None:
+    # Below FP32_GEMM_MIN_ROWS rows a GEMM is bound by reading its weights: the half-size bf16 ones are used.
+    gen = torch.Generator().manual_seed(0)
+    linear = nn.Linear(96, 40, bias=True).to(torch.bfloat16)
+    few = torch.randn(2, FP32_GEMM_MIN_ROWS - 1, 96, generator=gen).to(torch.bfloat16)
+    native = linear(few[:1])
+    Fp32Gemm(linear)
+    assert torch.equal(linear(few[:1]), native)  # 3 rows: torch's own bf16 kernel, bit for bit
+    with torch.no_grad():
+        linear.weight.mul_(2)  # a weight sync: the bf16 rows read it at once, no refresh needed
+    assert torch.equal(linear(few[:1]), nn.functional.linear(few[:1], linear.weight, linear.bias))
 
 
 def test_bf16_engine_uses_fp32_gemms_exactly_where_the_cpu_lacks_bf16(tiny_model_dir: Path) -> None:

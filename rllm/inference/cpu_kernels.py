@@ -10,7 +10,11 @@ decode step's time goes"):
   sums accumulate in fp32, which is what a bf16 GEMM with fp32 accumulation computes too, so the output
   differs from torch's bf16 kernel by summation order only (as oneDNN's own bf16-on-AVX2 path would).
   Activations, the KV cache, norms and attention stay bf16. Cost: the fp32 copies (twice the bf16 linear
-  weights' bytes, the LM head included). On a CPU with native bf16 it is not installed.
+  weights' bytes, the LM head included). On a CPU with native bf16 it is not installed. Below
+  :data:`FP32_GEMM_MIN_ROWS` rows (a decode step of a few rows) a GEMM is bound by reading its weights from
+  memory, not by arithmetic, and reading the fp32 copy takes twice as long as reading the bf16 weights: there
+  torch's own bf16 kernel is faster (batch 1: 80 against 117 ms per SmolLM2-135M decode step on an AVX2
+  EPYC, one thread), so the layer keeps it.
 - **Grouped-query attention without copying the KV cache**: transformers' SDPA path repeats every layer's
   key and value heads to the query-head count (``repeat_kv``, a copy of the whole cache per layer per step)
   whenever an attention mask is passed, which the left-padded batch always does. For a decode step (one
@@ -30,6 +34,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 GQA_DECODE_ATTENTION = "rllm_gqa_decode_sdpa"
+# Fewest rows (tokens) a bf16 linear computes through its fp32 copy. Whole SmolLM2-135M decode steps on an AVX2
+# EPYC, one thread, against torch's bf16 kernels (benchmarks/profile_decode_step.py --batch B): with the fp32
+# copies at every row count, B = 1 ran 0.69x and B = 2 0.81x (weight reads dominate); B = 4 ran 1.13x with
+# them and 1.07x without; from B = 8 (1.75x) the arithmetic dominates and the fp32 GEMM wins clearly.
+FP32_GEMM_MIN_ROWS = 4
 
 
 def cpu_lacks_native_half(dtype: torch.dtype) -> bool:
@@ -59,6 +68,8 @@ class Fp32Gemm:
         bias32 = linear.bias.detach().float() if linear.bias is not None else None
 
         def forward(x: torch.Tensor) -> torch.Tensor:
+            if x.numel() < FP32_GEMM_MIN_ROWS * x.shape[-1]:
+                return nn.functional.linear(x, linear.weight, linear.bias)
             return nn.functional.linear(x.float(), weight32, bias32).to(x.dtype)
 
         linear.forward = forward  # type: ignore[method-assign]  # this instance only
