@@ -54,6 +54,7 @@ from rllm.inference.devices import pick_device, pick_dtype
 from rllm.inference.grammar import Grammar, GrammarMatcher
 from rllm.inference.multi_lora import AdapterSet, AdapterTensors
 from rllm.inference.sampling import sample_tokens
+from rllm.utils.allocator import pin_mmap_threshold
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class LocalEngine(EngineBase):
         seed: int = 0,
         batch_wait_ms: float = 0.0,
     ) -> None:
+        pin_mmap_threshold()  # `rllm eval` and `rllm serve` sample in-process too (rllm.utils.allocator)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device

@@ -194,7 +194,8 @@ class DistributedConfig(_Section):
         False,
         description="Measure each rank's time in collectives (torch.profiler around each call to a rank, "
         "host events and NCCL kernels only) and log profile/collective_* per step (docs/profiling.md); "
-        "it costs memory on the ranks (the profiler's events of a call), so it is off by default.",
+        "the profiler holds a call's events and reading them takes time (about 1 % of a step on the 135M "
+        "shape), so it is off by default.",
     )
 
 

@@ -32,6 +32,7 @@ import torch
 from torch.autograd import DeviceType
 
 from rllm.types import TrainBatch
+from rllm.utils.allocator import release_free_memory
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class MemoryMeter:
             yield
         finally:
             metrics[f"perf/rss_peak_{name}_gb"] = self.peak_bytes() / GB
+            release_free_memory()  # the next phase starts without this one's freed blocks resident
 
     def peak_bytes(self) -> int:
         # The kernel updates its mark lazily: it can lag the RSS read just now by a few pages.

@@ -21,6 +21,7 @@ from rllm.trainer.backends._adapters import RoleAdapters, add_adapters, init_ada
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
 from rllm.trainer.config import TrainConfig, adapter_names
 from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
+from rllm.utils.allocator import pin_mmap_threshold
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ class LocalBackend(TrainingBackend):
     capabilities = LOCAL_CAPABILITIES
 
     def __init__(self, cfg: TrainConfig, model_path: str, pad_id: int) -> None:
+        pin_mmap_threshold()  # sft, replay and the FSDP ranks too: freed activations go back (rllm.utils.allocator)
         self.cfg = cfg
         self.device = pick_device(cfg.backend.device)
         if self.device.type not in self.capabilities.devices:
