@@ -20,5 +20,5 @@ config = rllm.load_config(
     ],  # a second run needs trainer.resume=true or a new name
 )
 result = rllm.AgentTrainer(config).train()
-print(f"held-out accuracy: {result.initial_accuracy:.1%} -> {result.final_accuracy:.1%}")
+print(result.accuracy_line())
 print(f"final model: {result.final_model_dir}")

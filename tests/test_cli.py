@@ -171,6 +171,14 @@ def test_summary_without_evals_says_why() -> None:
     assert "not written (add jsonl to trainer.loggers)" in text
 
 
+def test_accuracy_line_of_the_example_scripts() -> None:
+    """What examples/*/train.py print: an eval left off reads "not measured" instead of failing to format."""
+    result = TrainResult(run_dir=Path("runs/x"), steps=1)
+    assert result.accuracy_line() == "held-out accuracy: not measured -> not measured"
+    result.initial_accuracy, result.final_accuracy = 0.03, 0.935
+    assert result.accuracy_line() == "held-out accuracy: 3.0% -> 93.5%"
+
+
 def test_main_leaves_logging_as_it_found_it(capsys: pytest.CaptureFixture[str]) -> None:
     root = logging.getLogger()
     before = (list(root.handlers), root.level, logging.getLogger("transformers").level)

@@ -76,7 +76,7 @@ def main(overrides: list[str]) -> rllm.TrainResult:
     result = rllm.AgentTrainer(
         config, workflow=calculator_agent, evaluator=grade, train_tasks=train, test_tasks=test
     ).train()
-    print(f"held-out accuracy: {result.initial_accuracy:.1%} -> {result.final_accuracy:.1%}")
+    print(result.accuracy_line())
     if config.eval.before and config.eval.after and test:
         before, after = held_out_tool_use(result.run_dir / "traces.db", len(test))
         print(f"held-out episodes where the calculator ran: {before:.1%} -> {after:.1%}")

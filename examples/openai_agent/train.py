@@ -38,7 +38,7 @@ def main(overrides: list[str]) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     config = rllm.load_config(rllm.TrainConfig, None, ["trainer.name=openai-agent", *overrides])
     result = rllm.AgentTrainer(config, workflow=larger_agent, evaluator=grade).train()
-    print(f"held-out accuracy: {result.initial_accuracy:.1%} -> {result.final_accuracy:.1%}")
+    print(result.accuracy_line())
     print(f"traces: {result.run_dir / 'traces.db'}; final model: {result.final_model_dir}")
 
 

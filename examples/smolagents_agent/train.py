@@ -123,7 +123,7 @@ def main(overrides: list[str]) -> rllm.TrainResult:
     result = rllm.AgentTrainer(
         config, workflow=calculator_agent, evaluator=grade, train_tasks=train, test_tasks=test
     ).train()
-    print(f"held-out accuracy: {result.initial_accuracy:.1%} -> {result.final_accuracy:.1%}")
+    print(result.accuracy_line())
     print(f"traces: {result.run_dir / 'traces.db'}; final model: {result.final_model_dir}")
     return result
 
