@@ -121,17 +121,77 @@ def test_async_training_on_a_vllm_pool(tmp_path: Path) -> None:
     assert not _processes("vllm.entrypoints.openai.api_server"), "a vLLM server outlived the run"
 
 
+def _random_adapter(model_dir: Path, out: Path) -> Path:
+    """A saved PEFT adapter of the run's LoRA shape (rank 8, alpha 16, all linear layers) whose B matrices are
+    random, so it moves the logprobs clearly (a fresh adapter's B = 0 would not)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if ".lora_B." in n:
+                p.normal_(0, 0.02)
+    peft_model.save_pretrained(out)
+    return out
+
+
+def _v0_calls_by_weights(db_path: Path, model_dir: Path, adapter: Path) -> set[str]:
+    """Which weights each version-0 call's recorded (vLLM float32) logprobs are: ``base`` or ``init_adapter``,
+    by teacher-forcing its tokens through both; a call that matches neither fails."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    tuned = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), adapter
+    ).eval()
+    with sqlite3.connect(db_path) as db:
+        rows = db.execute(
+            "SELECT prompt_token_ids, completion_token_ids, logprobs FROM traces WHERE weight_version = 0"
+        ).fetchall()
+    found = set()
+    for prompt, completion, logprobs in rows:
+        prompt, completion, recorded = (
+            json.loads(prompt),
+            json.loads(completion),
+            torch.tensor(json.loads(logprobs)),
+        )
+        ids = torch.tensor([prompt + completion])
+        errors = {}
+        for name, model in (("base", base), ("init_adapter", tuned)):
+            with torch.no_grad():
+                lp = model(ids).logits[0, len(prompt) - 1 : -1].log_softmax(-1)
+            lp = lp.gather(-1, torch.tensor(completion)[:, None])[:, 0]
+            errors[name] = float((lp - recorded).abs().max())
+        best = min(errors, key=errors.__getitem__)
+        assert errors[best] < 1e-2 < max(errors.values()), (
+            f"a version-0 call matches neither weights: {errors}"
+        )
+        found.add(best)
+    return found
+
+
 def test_an_adapter_per_role_on_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> None:
     """Solver–judge with ``roles``: each role's adapter is trained on the 2 FSDP2 ranks with its own optimizer,
     hot-loaded into the vLLM server as ``<adapter>-v<N>`` after every step, and sampled by that role's calls;
-    exported per adapter at the end."""
+    exported per adapter at the end. The judge starts from a saved adapter (``roles.judge.init_adapter``):
+    the server samples step 1 from it (each version-0 call's logprobs are the base model's, for the solver,
+    or the base model's under that adapter, for the judge, and the judge's calls are there)."""
     require_import("ray", "bash scripts/setup.sh distributed")
     from rllm.models import resolve_model
+
+    model_dir = resolve_model("smollm2-135m")
+    init = _random_adapter(model_dir, tmp_path / "judge-init")
 
     code = main(
         [
             "train",
-            f"model.path={resolve_model('smollm2-135m')}",
+            f"model.path={model_dir}",
             f"trainer.run_dir={tmp_path}",
             "trainer.name=roles",
             "trainer.steps=2",
@@ -149,6 +209,7 @@ def test_an_adapter_per_role_on_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> No
             "algorithm.filters.drop_zero_variance=false",
             "roles.solver.adapter=solver",
             "roles.judge.adapter=judge",
+            f"roles.judge.init_adapter={init}",
             "backend.name=distributed",
             "backend.distributed.world_size=2",
             "inference.engine=vllm",
@@ -165,6 +226,7 @@ def test_an_adapter_per_role_on_fsdp_ranks_and_a_vllm_pool(tmp_path: Path) -> No
     with sqlite3.connect(run / "traces.db") as db:
         versions = sorted({v for (v,) in db.execute("SELECT weight_version FROM traces")})
     assert versions == [0, 1]
+    assert _v0_calls_by_weights(run / "traces.db", model_dir, init) == {"base", "init_adapter"}
     for name in ("default", "solver", "judge"):
         assert (run / "final_model" / name / "config.json").is_file()
         assert (run / "final_model" / name / "adapter" / "adapter_model.safetensors").is_file()
