@@ -14,7 +14,7 @@ Per setting it prints the median seconds of a forward/backward (after the first)
 and its minor page faults (each a page the kernel zeroed and mapped).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_allocator.py            # smollm2-135m, 4 passes each
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_allocator.py --quick    # tiny model, 2 passes, < 1 min
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_allocator.py --quick    # tiny model, 2 settings, 2 passes
 """
 
 from __future__ import annotations
@@ -78,20 +78,26 @@ def main() -> None:
     p.add_argument(
         "--passes", type=int, default=4, help="forward/backward passes per setting (the first is not timed)"
     )
-    p.add_argument("--quick", action="store_true", help="plumbing check: tiny model, 2 passes")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="plumbing check: tiny model, glibc's default and rllm's, 2 passes",
+    )
     p.add_argument("--worker", nargs=2, metavar=("MODEL_DIR", "WORKLOAD"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker[0], args.worker[1], args.passes)))
         return
+    settings = SETTINGS
     if args.quick:
         args.model, args.passes = "tiny", 2
+        settings = {label: SETTINGS[label] for label in ("dynamic (glibc default)", "4 MiB (rllm's)")}
     model_path = resolve_bench_model(args.model)
     print(header_line())
     print(machine_line())
     rows = []
     for workload in WORKLOADS:
-        for label, threshold in SETTINGS.items():
+        for label, threshold in settings.items():
             env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
             if threshold is not None:
                 env["MALLOC_MMAP_THRESHOLD_"] = str(threshold)
