@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rllm.inference.sampling import filter_top_k_top_p, sample_tokens
+from rllm.inference.sampling import filter_top_k_top_p, inverse_cdf, sample_tokens
 
 NEG_INF = float("-inf")
 
@@ -143,3 +143,31 @@ def test_shortcuts_give_what_the_full_path_gives() -> None:
         tok, lp = run(rows, temps)
         assert tok == [mixed_tok[i] for i in picks]
         assert lp == pytest.approx([mixed_lp[i] for i in picks], abs=1e-6)
+
+
+def test_inverse_cdf_in_two_searches_matches_one_cumulative_sum() -> None:
+    """The block-then-token search picks what one float64 cumulative sum over the vocabulary picks, on a
+    vocabulary that is not a multiple of the block, with zero-probability tokens and whole zero blocks."""
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(6, 1000, generator=gen) ** 8  # a peaked, uneven distribution
+    probs[probs < 0.05] = 0.0
+    probs[:, 256:512] = 0.0  # a whole block with no mass
+    probs[3] = 0.0
+    probs[3, 700] = 1.0  # one token left
+    for _ in range(200):
+        uniform = torch.rand(6, generator=gen)
+        cdf = probs.double().cumsum(-1)
+        expected = torch.searchsorted(cdf, (uniform.double() * cdf[:, -1]).unsqueeze(1), right=True)
+        assert torch.equal(inverse_cdf(probs, uniform), expected.squeeze(1))
+
+
+def test_inverse_cdf_never_returns_a_zero_probability_token() -> None:
+    """At the ends of the uniform's range (0, and just under 1, where u * total can round up to the total),
+    the token found has positive probability; here the last block's tokens are all zero."""
+    probs = torch.zeros(2, 600)
+    probs[0, 5] = probs[0, 300] = 0.5
+    probs[1, 511] = 1e-30  # a tiny last non-zero token before an all-zero final block
+    probs[1, 0] = 1.0
+    for u in (0.0, 1e-12, 0.5, 1.0 - 1e-7, 1.0):
+        tokens = inverse_cdf(probs, torch.tensor([u, u]))
+        assert all(float(probs[r, t]) > 0 for r, t in enumerate(tokens.tolist())), (u, tokens)
