@@ -241,6 +241,10 @@ def run_rllm(args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
                     "generated_tokens": engine_stats["generated_tokens"] - before["generated_tokens"],
                 }
             )
+    shared = engine_stats["shared_prefill_rows"]
+    print(
+        f"  engine: {engine_stats['rows']:.0f} rows prefilled, {shared:.0f} of them copied from a row of the same prompt"
+    )
     trainable = sum(p.numel() for p in trainer.backend.model.parameters() if p.requires_grad)
     result = _result(args, step_s, lengths, loaded_mb, sampler.peak_mb, seen, trainable, phases)
     result["attention"] = f"engine: rllm's own; training: {attention_kernel(trainer.backend.model)}"

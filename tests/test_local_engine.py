@@ -228,3 +228,22 @@ def test_cancelled_request_is_not_decoded(engine, prompts) -> None:
     (c,) = asyncio.run(main())
     assert c.finish_reason == "length"
     assert engine.stats["rows"] - rows_before == 1
+
+
+def test_rows_of_one_prompt_share_their_prefill(engine, hf_model, prompts) -> None:
+    """A group's completions of one prompt arrive together (GRPO): the prompt is prefilled once and its KV
+    cache copied to each row, and every row still gives what it gives alone (greedy: HF's tokens; seeded:
+    the same draw; logprobs: the full forward's)."""
+    seeded = [SamplingParams(temperature=1.0, max_tokens=6, seed=20 + i) for i in range(3)]
+    calls = [(prompts[1], sp) for sp in seeded] + [(prompts[1], GREEDY), (prompts[4], GREEDY)]
+    before = engine.stats["shared_prefill_rows"]
+    outs = _gather(engine, calls)
+    assert engine.stats["shared_prefill_rows"] - before == 3  # 4 rows of prompts[1], 1 prefilled
+    assert outs[3][0].completion_ids == _hf_greedy(hf_model, prompts[1], 10)
+    assert outs[4][0].completion_ids == _hf_greedy(hf_model, prompts[4], 10)
+    for sp, (c,) in zip(seeded, outs):
+        assert c.completion_ids == engine.generate_sync(prompts[1], sp)[0].completion_ids
+        assert torch.allclose(
+            torch.tensor(c.logprobs), _recomputed_logprobs(hf_model, c, 1.0), atol=1e-4, rtol=0
+        )
+    assert len({tuple(c.completion_ids) for (c,) in outs[:3]}) == 3

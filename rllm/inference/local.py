@@ -114,8 +114,17 @@ class LocalEngine(EngineBase):
         self._weights_lock = threading.Lock()
         self._swap = threading.Event()  # set while load_weights waits: the running batch pauses
         # batches: continuous batches started (one lasts while rows keep it busy); joins: times rows joined a
-        # running batch between decode steps (joined_rows of them); rows: rows prefilled (again on resume).
-        counts = ("batches", "joins", "joined_rows", "rows", "decode_steps", "generated_tokens")
+        # running batch between decode steps (joined_rows of them); rows: rows prefilled (again on resume),
+        # shared_prefill_rows of them copied from another row of the same tokens instead of computed.
+        counts = (
+            "batches",
+            "joins",
+            "joined_rows",
+            "rows",
+            "shared_prefill_rows",
+            "decode_steps",
+            "generated_tokens",
+        )
         self.stats: dict[str, float] = {**dict.fromkeys(counts, 0), "decode_s": 0.0}
         self._adapters: AdapterSet | None = None  # set by the first load_adapters
         self._merged_loaded = False  # load_weights was called: adapters are refused from then on
@@ -372,16 +381,23 @@ class LocalEngine(EngineBase):
 
     def _prefill(self, rows: list[_Row]) -> DecodeBatch:
         """Run ``rows`` (prompt plus any tokens sampled before a pause) through the model as a batch of their
-        own, left-padded; returns them as a :class:`DecodeBatch` ready to sample their next token."""
+        own, left-padded; returns them as a :class:`DecodeBatch` ready to sample their next token.
+
+        Rows with the same tokens and adapter (a GRPO group's completions of one prompt arrive together) are
+        prefilled once: the shared row's KV cache, logits and positions are copied to each of them, and each
+        samples on from there with its own generator (``stats["shared_prefill_rows"]`` counts the copies)."""
         for r in rows:
             if r.weight_version < 0:
                 r.weight_version = self.weight_version
             r.last_weight_version = self.weight_version
         dev = self.device
-        input_ids, attn, position_ids = left_pad([r.prompt_ids + r.out_ids for r in rows], self.pad_id, dev)
+        first: dict[tuple[str | None, tuple[int, ...]], int] = {}  # (adapter, tokens) -> its unique row
+        owner = [first.setdefault((r.adapter, tuple(r.prompt_ids + r.out_ids)), len(first)) for r in rows]
+        unique = [rows[owner.index(u)] for u in range(len(first))]
+        input_ids, attn, position_ids = left_pad([r.prompt_ids + r.out_ids for r in unique], self.pad_id, dev)
         # Each row's adapter slot (0: none). Rows only ever read their own KV-cache row, so rows of
         # different adapters share a batch but no state.
-        slots = self._adapter_rows(rows)
+        self._adapter_rows(unique)
         cache = new_cache()
         out = self.model(
             input_ids=input_ids,
@@ -391,17 +407,23 @@ class LocalEngine(EngineBase):
             use_cache=True,
             logits_to_keep=1,
         )
+        logits_BV = out.logits[:, -1, :]
+        if len(unique) < len(rows):
+            idx = torch.tensor(owner, dtype=torch.long, device=dev)
+            cache.batch_select_indices(idx)  # a copy of the shared row's keys and values for each row
+            attn, position_ids, logits_BV = attn[idx], position_ids[idx], logits_BV[idx]
+            self.stats["shared_prefill_rows"] += len(rows) - len(unique)
         self.stats["rows"] += len(rows)
         return DecodeBatch(
             rows=rows,
             cache=cache,
             attn_BT=attn,
             next_pos_B1=position_ids[:, -1:] + 1,
-            logits_BV=out.logits[:, -1, :],
+            logits_BV=logits_BV,
             temperature_B=torch.tensor([r.params.temperature for r in rows], device=dev),
             top_k_B=torch.tensor([r.params.top_k for r in rows], device=dev),
             top_p_B=torch.tensor([r.params.top_p for r in rows], device=dev),
-            slots_B=slots,
+            slots_B=self._adapter_rows(rows),
         )
 
     def _decode_step(self, batch: DecodeBatch) -> DecodeBatch | None:
