@@ -391,9 +391,15 @@ class LocalEngine(EngineBase):
                 r.weight_version = self.weight_version
             r.last_weight_version = self.weight_version
         dev = self.device
-        first: dict[tuple[str | None, tuple[int, ...]], int] = {}  # (adapter, tokens) -> its unique row
-        owner = [first.setdefault((r.adapter, tuple(r.prompt_ids + r.out_ids)), len(first)) for r in rows]
-        unique = [rows[owner.index(u)] for u in range(len(first))]
+        unique: list[_Row] = []  # the first row of each (adapter, tokens), prefilled
+        first: dict[tuple[str | None, tuple[int, ...]], int] = {}  # (adapter, tokens) -> its place in unique
+        owner = []  # each row's place in unique
+        for r in rows:
+            key = (r.adapter, tuple(r.prompt_ids + r.out_ids))
+            if key not in first:
+                first[key] = len(unique)
+                unique.append(r)
+            owner.append(first[key])
         input_ids, attn, position_ids = left_pad([r.prompt_ids + r.out_ids for r in unique], self.pad_id, dev)
         # Each row's adapter slot (0: none). Rows only ever read their own KV-cache row, so rows of
         # different adapters share a batch but no state.

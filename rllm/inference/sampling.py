@@ -94,8 +94,9 @@ def inverse_cdf(probs_BV: torch.Tensor, uniform_B: torch.Tensor) -> torch.Tensor
     In two searches rather than one cumulative sum over the vocabulary (the largest single cost of sampling
     a 50k-token vocabulary at batch 32): block masses (sums of ``CDF_BLOCK`` tokens, accumulated in float64
     across blocks) pick the block, then a float64 cumulative sum over that block alone picks the token. A
-    block's mass carries float32's rounding (a relative 1e-7, as the probabilities themselves do); the target is kept inside the chosen block's mass, so a zero-probability
-    token (a filtered one, or the padding) is never returned."""
+    block's mass carries float32's rounding (a relative 1e-7, as the probabilities themselves do); the
+    target is kept inside the chosen block's mass, so a zero-probability token (a filtered one, or the
+    padding) is never returned."""
     rows, vocab = probs_BV.shape
     pad = -vocab % CDF_BLOCK
     padded = torch.nn.functional.pad(probs_BV, (0, pad)) if pad else probs_BV
