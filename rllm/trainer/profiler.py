@@ -348,7 +348,8 @@ class CollectiveMeter:
     """Time in collectives on one rank of the distributed backend, call by call (``measure``), summed
     until ``take``. Each measured call runs under ``torch.profiler`` with only its host activity (and on a
     GPU its kernels): no shapes, stacks or memory. Its events are read at the call's end
-    (``collective_stats``) and dropped; the reading's own seconds are reported as ``overhead_s``."""
+    (``collective_stats``) and dropped, their freed memory handed back (``release_free_memory``); the
+    reading's own seconds are reported as ``overhead_s``."""
 
     def __init__(self) -> None:
         self._totals = self._zero()
@@ -373,6 +374,8 @@ class CollectiveMeter:
             for e in prof.profiler.kineto_results.events()
         ]
         stats = collective_stats(spans)
+        del spans, prof
+        release_free_memory()  # the events' blocks, freed, would stay in the heap between calls
         t = self._totals
         for key in ("collective_s", "exposed_s", "count"):
             t[key] += stats[key]
