@@ -2,7 +2,14 @@
 
 import pytest
 
-from rllm.rewards.basic import extract_last_number, number_match, single_number_match
+from rllm.rewards.basic import (
+    extract_last_number,
+    last_number_reward,
+    number_match,
+    number_reward,
+    single_number_match,
+)
+from rllm.rewards.registry import REWARDS
 
 
 @pytest.mark.parametrize(
@@ -30,3 +37,23 @@ def test_last_number_helpers() -> None:
     assert extract_last_number("none") is None
     assert number_match("so it is 12", 12)
     assert not number_match("so it is 12", 13)
+
+
+@pytest.mark.parametrize(
+    ("reply", "last", "single"),
+    [
+        ("5", 1.0, 1.0),
+        ("3 + 2 = 5", 1.0, 0.0),  # right, worded as a sum: what the coordinator passes on is 5
+        ("5 = 3 + 2", 0.0, 0.0),
+        ("The answer is 6.", 0.0, 0.0),
+        ("no number", 0.0, 0.0),
+    ],
+)
+def test_last_number_reward_grades_the_number_passed_on(reply: str, last: float, single: float) -> None:
+    task = {"task_id": "add-0", "question": "What is 3 + 2?", "ground_truth": "5"}
+    got = last_number_reward(task, reply)
+    assert (got.reward, got.is_correct) == (last, last == 1.0)
+    assert number_reward(task, reply).reward == single
+    assert REWARDS.get("last_number") is last_number_reward
+    with pytest.raises(ValueError, match="no ground_truth"):
+        last_number_reward({"task_id": "t"}, "5")

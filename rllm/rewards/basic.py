@@ -52,6 +52,16 @@ def number_reward(task: dict[str, Any], response: str) -> Outcome:
     return Outcome(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})
 
 
+def last_number_reward(task: dict[str, Any], response: str) -> Outcome:
+    """1 when the last number written in the reply is ``task["ground_truth"]`` (``number_match``), however it
+    is worded ("3 + 2 = 5" passes). For a reply another step reads by its last number, as the coordinator
+    workflow reads its workers' (``extract_last_number``): it grades what is passed on, not the wording."""
+    if "ground_truth" not in task:
+        raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
+    correct = number_match(response, task["ground_truth"])
+    return Outcome(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})
+
+
 def number_list(text: str) -> list[str]:
     """Every number written in ``text``, in order (commas between numbers separate them)."""
     return _NUMBER.findall(text.replace(", ", " ").replace(",", " "))

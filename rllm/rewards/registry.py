@@ -56,6 +56,7 @@ _BOXED = "Please reason step by step, and put your final answer within \\boxed{}
 _ANSWER_LINE = "End your reply with a line 'Answer: <short answer>'."
 
 REWARDS.register("number", "rllm.rewards.basic:number_reward")
+REWARDS.register("last_number", "rllm.rewards.basic:last_number_reward")
 REWARDS.register("number_list", "rllm.rewards.basic:number_list_reward")  # its tasks say the format
 REWARDS.register(
     "math",

@@ -612,6 +612,12 @@ class CoordinatorConfig(WorkflowConfig):
         description="coordinator: the UCB1 exploration weight c of the worker choice, rate + c * "
         "sqrt(ln N / n) per sub-task kind (every role is tried once first); 0 = greedy after that.",
     )
+    worker_reward: Literal["reported", "exact"] = Field(
+        "reported",
+        description="coordinator: a worker's reward for its part. reported = the number its reply passes "
+        "on (the last one, what the coordinator copies) is right, however worded ('3 + 2 = 5'); exact = "
+        "the reply is that one number and nothing else.",
+    )
     coordinator_reward: Literal["contribution", "final"] = Field(
         "contribution",
         description="coordinator: its own trajectory's reward. contribution = per part, right or its "

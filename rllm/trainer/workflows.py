@@ -102,6 +102,7 @@ def build_coordinator(cfg: TrainConfig, scoring: dict[str, Any]) -> CoordinatorW
     return CoordinatorWorkflow(
         w.workers,
         exploration=w.exploration,
+        worker_reward=w.worker_reward,
         coordinator_reward=w.coordinator_reward,
         constrain_final=w.constrain_final,
         seed=cfg.trainer.seed,

@@ -24,8 +24,18 @@ What code does and what the model does:
   decoding): which numbers, from which wording, in what order is still the model's choice; the separators
   and the end, which the grammar leaves no choice in, are recorded as forced (mask 0).
 
-Credit by contribution: a worker trajectory's reward is its own part's score (``number`` reward). The
-coordinator's depends on ``coordinator_reward``:
+Credit by contribution: a worker trajectory's reward is its own part's score, set by ``worker_reward``:
+
+- ``reported`` (the default): the number its reply passes on, its last number (``extract_last_number``,
+  what the coordinator is shown to copy and what ``contribution`` credit compares with), is the part's
+  truth (``last_number`` reward). "3 + 2 = 5" is a right report of 3 + 2: SmolLM2-135M words 7 of 8
+  held-out sums that way, and a faithful coordinator passes its 5 on.
+- ``exact``: the reply is exactly one number, the truth (``number`` reward, the single-kind tasks'). It
+  also asks the worker for the format "just the number", which the system does not need, and scores
+  0 on most of the untrained model's sums, so neither the capability table nor the worker's own groups
+  can tell a worker who adds right from one who does not.
+
+The coordinator's depends on ``coordinator_reward``:
 
 - ``contribution`` (the default): what it did with what it was told. Per part, 1 when its number is the
   truth (a right worker's answer passed on, or a wrong one overruled) or is its worker's answer (a worker's
@@ -40,7 +50,8 @@ group (``algorithm.advantage`` per role works).
 
 Metrics: ``coordinator/accuracy`` (the final answer is right), ``coordinator/faithful`` (it lists exactly the
 workers' answers, in order), ``parts/accuracy`` and ``parts/<kind>/accuracy`` (the workers' answers),
-``parts/all_correct`` (every part right: the system's accuracy with a faithful coordinator),
+``parts/all_correct`` (every part right; under ``worker_reward=reported``, exactly what a faithful
+coordinator's final answer scores),
 ``<role>/accuracy`` (over the parts that role answered in the episode), and the table:
 ``coordinator/capability/<role>/<kind>`` (running success rate), ``coordinator/assigned/<role>/<kind>``.
 """
@@ -55,7 +66,13 @@ from typing import Any
 
 from rllm.data.builtin import GENERATORS, is_held_out
 from rllm.inference.grammar import Grammar
-from rllm.rewards.basic import extract_last_number, number_list, number_list_reward, number_reward
+from rllm.rewards.basic import (
+    extract_last_number,
+    last_number_reward,
+    number_list,
+    number_list_reward,
+    number_reward,
+)
 from rllm.runner.context import RolloutContext
 from rllm.types import Outcome
 from rllm.workflows.capability import CapabilityTable
@@ -64,6 +81,9 @@ from rllm.workflows.single_turn import RewardFn, score
 COORDINATOR = "coordinator"
 COORDINATOR_REWARDS: tuple[str, ...] = ("contribution", "final")
 """How the coordinator's own trajectory is rewarded (see the module docstring)."""
+WORKER_REWARDS: dict[str, RewardFn] = {"reported": last_number_reward, "exact": number_reward}
+"""How a worker's part is scored (see the module docstring): ``reported``, the number the coordinator reads
+from its reply (the last one) is the truth; ``exact``, the reply is that one number and nothing else."""
 WORKER_STYLES: tuple[str, ...] = ("plain", "worked_example")
 """How a worker is prompted: ``plain``, the part's question alone; ``worked_example``, a system prompt and
 one solved question of the part's kind before it."""
@@ -166,7 +186,7 @@ class CoordinatorWorkflow:
         workers: Mapping[str, str],
         reward_fn: RewardFn = number_list_reward,
         *,
-        part_reward_fn: RewardFn = number_reward,
+        worker_reward: str = "reported",
         exploration: float = 1.0,
         coordinator_reward: str = "contribution",
         constrain_final: bool = True,
@@ -184,6 +204,8 @@ class CoordinatorWorkflow:
                 )
         if COORDINATOR in workers:
             raise ValueError(f"{COORDINATOR!r} is the coordinator's own role: name the workers otherwise")
+        if worker_reward not in WORKER_REWARDS:
+            raise ValueError(f"worker_reward {worker_reward!r}: choose one of {', '.join(WORKER_REWARDS)}")
         if coordinator_reward not in COORDINATOR_REWARDS:
             raise ValueError(
                 f"coordinator_reward {coordinator_reward!r}: choose one of {', '.join(COORDINATOR_REWARDS)}"
@@ -195,7 +217,7 @@ class CoordinatorWorkflow:
         self._grammars: dict[tuple[int, int], Grammar] = {}
         self.workers = dict(workers)
         self.reward_fn = reward_fn
-        self.part_reward_fn = part_reward_fn
+        self.part_reward_fn = WORKER_REWARDS[worker_reward]
         self.table = CapabilityTable(list(workers), exploration=exploration, seed=seed)
         self._examples: dict[str, list[dict[str, str]]] = {}
         # The dataset's answer instruction is the final answer's format, which the coordinator's prompt

@@ -212,6 +212,29 @@ def test_contribution_credit_does_not_blame_the_coordinator_for_a_workers_mistak
         CoordinatorWorkflow(WORKERS, coordinator_reward="truth")
 
 
+def _worded_sum(prompt: str) -> str:
+    """A worker that states its sum as a sum (how SmolLM2-135M answers "What is 4 + 5?")."""
+    if "You coordinate workers" in prompt:
+        return "82, 9"
+    return "82" if "larger, 37 or 82" in prompt else "4 + 5 = 9"
+
+
+@pytest.mark.parametrize(("worker_reward", "add_reward"), [("reported", 1.0), ("exact", 0.0)])
+def test_worker_reward_grades_the_number_passed_on_or_the_exact_reply(
+    engine: LocalEngine, worker_reward: str, add_reward: float
+) -> None:
+    # "4 + 5 = 9" passes 9 on (the coordinator's final answer is right): reported credits the worker, exact
+    # does not (three numbers, not "just the number"), and the capability table records that score.
+    workflow = CoordinatorWorkflow(WORKERS, worker_reward=worker_reward)
+    (ep,) = run_episodes(ScriptedEngine(engine, _worded_sum), workflow, [TASK], SAMPLING)
+    assert [t.reward for t in ep.trajectories] == [1.0, add_reward, 1.0]
+    assert (ep.reward, ep.is_correct) == (1.0, True)  # the final answer's score either way
+    assert ep.metrics["parts/all_correct"] == add_reward and ep.metrics["coordinator/faithful"] == 1.0
+    assert workflow.table.rates()[("worker_a", "add")] == add_reward
+    with pytest.raises(ValueError, match="choose one of reported, exact"):
+        CoordinatorWorkflow(WORKERS, worker_reward="last")
+
+
 def test_the_tiny_models_own_replies_give_complete_episodes(engine: LocalEngine) -> None:
     tasks = multi_part_tasks("train", 2, seed=0)
     for ep in run_episodes(engine, CoordinatorWorkflow(WORKERS), tasks, SAMPLING, group_size=2):
@@ -229,6 +252,10 @@ def test_a_task_without_parts_is_refused(engine: LocalEngine) -> None:
 def test_config_options_are_validated() -> None:
     cfg = workflow_config("coordinator", exploration=0.5)
     assert cfg.workers == WORKERS and cfg.exploration == 0.5 and cfg.coordinator_reward == "contribution"
+    assert cfg.worker_reward == "reported"
+    assert workflow_config("coordinator", worker_reward="exact").worker_reward == "exact"
+    with pytest.raises(ValidationError, match="'reported' or 'exact'"):
+        workflow_config("coordinator", worker_reward="last")
     assert workflow_config("coordinator", coordinator_reward="final").coordinator_reward == "final"
     with pytest.raises(ValidationError, match="'contribution' or 'final'"):
         workflow_config("coordinator", coordinator_reward="truth")
