@@ -35,6 +35,11 @@ Credit by contribution: a worker trajectory's reward is its own part's score, se
   0 on most of the untrained model's sums, so neither the capability table nor the worker's own groups
   can tell a worker who adds right from one who does not.
 
+Either way a reply cut off at ``rollout.max_tokens`` scores 0: the report never ended, and its last number
+is wherever the cut fell. Without that rule ``reported`` paid for rambling: in a warm-started 16-step run
+the workers drifted to replies like "49\n49 is the only number that ..." and "1\n1\n1\n..." (the right
+number repeated to the cap), and the coordinator, copying from them, fell from 96 % faithful to 26 %.
+
 The coordinator's depends on ``coordinator_reward``:
 
 - ``contribution`` (the default): what it did with what it was told. Per part, 1 when its number is the
@@ -251,9 +256,11 @@ class CoordinatorWorkflow:
         self, task: dict[str, Any], ctx: RolloutContext, i: int, role: str
     ) -> tuple[str, Outcome]:
         part = task["metadata"]["parts"][i]
-        reply = (await ctx.chat(self.worker_messages(role, part), trajectory=role, key=f"{role}#{i}")).text
-        scored = await score(self.part_reward_fn, {**part, "task_id": f"{task['task_id']}#{i}"}, reply)
-        return reply, scored
+        done = await ctx.chat(self.worker_messages(role, part), trajectory=role, key=f"{role}#{i}")
+        if done.finish_reason == "length":  # cut off at max_tokens: the report never ended
+            return done.text, Outcome(reward=0.0, is_correct=False, info={"truncated": True})
+        scored = await score(self.part_reward_fn, {**part, "task_id": f"{task['task_id']}#{i}"}, done.text)
+        return done.text, scored
 
     async def __call__(self, task: dict[str, Any], ctx: RolloutContext) -> Outcome:
         parts = (task.get("metadata") or {}).get("parts")

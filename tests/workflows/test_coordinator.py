@@ -7,6 +7,7 @@ import asyncio
 import importlib.util
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,29 @@ def test_worker_reward_grades_the_number_passed_on_or_the_exact_reply(
     assert workflow.table.rates()[("worker_a", "add")] == add_reward
     with pytest.raises(ValueError, match="choose one of reported, exact"):
         CoordinatorWorkflow(WORKERS, worker_reward="last")
+
+
+def test_a_worker_reply_cut_off_at_max_tokens_passes_nothing_on(engine: LocalEngine) -> None:
+    # "9" then a ramble to the token cap: the last number where the cut fell is no report, under either
+    # worker reward; the same ramble that ends in time is credited by its last number.
+    def rambling(words: int) -> Callable[[str], str]:
+        def reply(prompt: str) -> str:
+            if "You coordinate workers" in prompt:
+                return "82, 9"
+            return "82" if "larger, 37 or 82" in prompt else "9\n" + "9 " * words
+
+        return reply
+
+    params = SamplingParams(temperature=1.0, max_tokens=12, seed=0)
+    for worker_reward in ("reported", "exact"):
+        workflow = CoordinatorWorkflow(WORKERS, worker_reward=worker_reward)
+        (cut,) = run_episodes(ScriptedEngine(engine, rambling(40)), workflow, [TASK], params)
+        assert cut.trajectories[1].steps[0].finish_reason == "length"
+        assert [t.reward for t in cut.trajectories] == [1.0, 0.0, 1.0]
+        assert workflow.table.rates()[("worker_a", "add")] == 0.0
+    (ended,) = run_episodes(ScriptedEngine(engine, rambling(3)), CoordinatorWorkflow(WORKERS), [TASK], params)
+    assert ended.trajectories[1].steps[0].finish_reason == "stop"
+    assert [t.reward for t in ended.trajectories] == [1.0, 1.0, 1.0]
 
 
 def test_the_tiny_models_own_replies_give_complete_episodes(engine: LocalEngine) -> None:

@@ -48,7 +48,12 @@ class ScriptedEngine(EngineBase):
         prompt = tok.decode(prompt_ids)
         self.prompts.append(prompt)
         reply = self.policy(prompt)
-        ids = tok.encode(reply, add_special_tokens=False)[: params.max_tokens - 1] + [self.engine.eos_ids[0]]
+        ids = tok.encode(reply, add_special_tokens=False)
+        if len(ids) < params.max_tokens:  # ends with eos, as a real reply that stops does
+            ids, finish = ids + [self.engine.eos_ids[0]], "stop"
+        else:  # cut at max_tokens, no eos, as a real engine cuts it
+            ids, finish = ids[: params.max_tokens], "length"
+            reply = tok.decode(ids)
         with torch.no_grad():
             logits = self.engine.model(torch.tensor([prompt_ids + ids])).logits[0].float()
         logps = torch.log_softmax(logits[len(prompt_ids) - 1 : -1], dim=-1)
@@ -59,7 +64,7 @@ class ScriptedEngine(EngineBase):
                 completion_ids=ids,
                 logprobs=lps,
                 text=reply,
-                finish_reason="stop",
+                finish_reason=finish,
                 allowed_counts=_grammar_counts(constraint, ids, len(tok)),
             )
         ]
