@@ -52,7 +52,7 @@ from rllm.trainer.recovery import batch_summary, journaled_jobs
 from rllm.trainer.reporting import CONSOLE_KEYS, episode_metrics, eval_metrics, try_plot
 from rllm.trainer.workflows import build_workflow
 from rllm.types import Episode
-from rllm.utils.allocator import pin_mmap_threshold
+from rllm.utils.allocator import pin_mmap_threshold, release_free_memory
 from rllm.utils.config import dump_config
 from rllm.utils.event_loop import RunLoop
 from rllm.utils.metrics import MetricsLogger, build_sinks
@@ -767,6 +767,7 @@ class AgentTrainer:
             else:
                 self._run_steps(start_step, eval_history, metrics_logger)
             result.final_model_dir = self.run_dir / "final_model"
+            release_free_memory()  # the export's model copy starts without the last eval's freed blocks
             self.backend.export_model(result.final_model_dir)
             # With roles, one model per adapter (final_model/<adapter>/), each with the tokenizer.
             result.adapter_models = {n: result.final_model_dir / n for n in adapter_names(cfg.roles)}

@@ -220,3 +220,43 @@ def test_export_writes_one_merged_model_per_adapter(tiny_model_dir: Path, tmp_pa
     assert (tmp_path / "judge_only" / "adapter_config.json").is_file()
     with pytest.raises(ValueError, match="no adapter 'critic'"):
         trained.save_adapter(tmp_path / "x", adapter="critic")
+
+
+def _model_copy(src: Path, dest: Path, layout: str) -> Path:
+    """``src``'s model stored as one safetensors file, as index-named shards, or as a legacy ``.bin``."""
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    if layout == "bin":  # what export cannot read back by name: it keeps a copy of each adapted weight
+        model.config.save_pretrained(dest)
+        torch.save(model.state_dict(), dest / "pytorch_model.bin")
+    else:
+        model.save_pretrained(dest, max_shard_size="100KB" if layout == "sharded" else "5GB")
+    return dest
+
+
+@pytest.mark.parametrize("layout", ["single", "sharded", "bin"])
+def test_each_exported_model_is_the_base_with_only_its_own_adapter(
+    tiny_model_dir: Path, tmp_path: Path, layout: str
+) -> None:
+    # Two trained adapters exported one after another into one model copy: each is merged on the base
+    # weights (read back from the files between adapters, or from the copy kept for a .bin model), never on
+    # the adapter merged before it.
+    model_dir = _model_copy(tiny_model_dir, tmp_path / "model", layout)
+    assert (layout == "sharded") == (model_dir / "model.safetensors.index.json").is_file()
+    trained = _backend(model_dir, *ROLES)
+    _step(trained, _batch(["solver", "judge"]))
+    trained.export_model(tmp_path / "final")
+    base_q = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()[
+        "model.layers.0.self_attn.q_proj.weight"
+    ]
+    q = {}
+    for name in trained.adapter_names:
+        ours = AutoModelForCausalLM.from_pretrained(tmp_path / "final" / name, dtype=torch.float32)
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        theirs = PeftModel.from_pretrained(base, tmp_path / "final" / name / "adapter").merge_and_unload()
+        want = theirs.state_dict()
+        for k, v in ours.state_dict().items():
+            torch.testing.assert_close(v, want[k], rtol=1e-5, atol=1e-6)
+        q[name] = ours.state_dict()["model.layers.0.self_attn.q_proj.weight"]
+    assert torch.equal(q["default"], base_q)
+    assert not torch.equal(q["solver"], base_q) and not torch.equal(q["judge"], base_q)
+    assert not torch.equal(q["solver"], q["judge"])

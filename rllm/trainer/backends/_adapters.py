@@ -63,6 +63,31 @@ def _writes() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
+def _safetensors_weights(model_dir: Path) -> dict[str, Callable[[str], torch.Tensor]]:
+    """Weight name -> a reader of that tensor from the model's safetensors files (one file, or the shards an
+    index names); empty for a model stored otherwise."""
+    from safetensors import safe_open
+
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        files = {w: model_dir / f for w, f in json.loads(index.read_text())["weight_map"].items()}
+    elif (model_dir / "model.safetensors").is_file():
+        with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
+            files = dict.fromkeys(f.keys(), model_dir / "model.safetensors")
+    else:
+        return {}
+
+    def reader(file: Path) -> Callable[[str], torch.Tensor]:
+        def read(weight: str) -> torch.Tensor:
+            with safe_open(str(file), framework="pt") as f:
+                return f.get_tensor(weight)
+
+        return read
+
+    readers = {file: reader(file) for file in set(files.values())}
+    return {w: readers[file] for w, file in files.items()}
+
+
 def add_adapters(model: Any, names: list[str]) -> None:
     """Add adapters ``names`` (beyond ``default``) to a PeftModel, with ``default``'s LoRA config: fp32 weights
     on the base layer's device. ``LocalBackend`` (and so each distributed rank) calls this before sharding."""
@@ -316,21 +341,28 @@ class RoleAdapters:
         self.changed.clear()
         return out
 
-    @torch.no_grad()
-    def deltas(self, name: str) -> dict[str, torch.Tensor]:
-        """float32 ``scaling * B @ A`` of adapter ``name`` per adapted linear layer, by plain HF weight name."""
+    def _lora_layers(self, name: str) -> Iterator[tuple[str, Any]]:
+        """``(plain HF weight name, LoRA layer)`` of every linear layer adapter ``name`` adapts, in model order."""
         from peft.tuners.lora import LoraLayer  # peft is loaded already: this is a LoRA run
 
-        out: dict[str, torch.Tensor] = {}
         for module_name, module in self.model.base_model.model.named_modules():
-            if not isinstance(module, LoraLayer) or name not in module.lora_A:
-                continue
+            if isinstance(module, LoraLayer) and name in module.lora_A:
+                yield f"{module_name}.weight", module
+
+    @torch.no_grad()
+    def iter_deltas(self, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+        """float32 ``scaling * B @ A`` of adapter ``name``, one adapted linear layer at a time (by plain HF
+        weight name), so a caller that uses each and drops it never holds them all."""
+        for weight, module in self._lora_layers(name):
             a, b = module.lora_A[name].weight, module.lora_B[name].weight
             if isinstance(a, DTensor) or isinstance(b, DTensor):  # a rank's shards: gathered (plain Linear)
-                out[f"{module_name}.weight"] = (_full(b).float() @ _full(a).float()) * module.scaling[name]
+                yield weight, (_full(b).float() @ _full(a).float()) * module.scaling[name]
             else:
-                out[f"{module_name}.weight"] = module.get_delta_weight(name).float()
-        return out
+                yield weight, module.get_delta_weight(name).float()
+
+    def deltas(self, name: str) -> dict[str, torch.Tensor]:
+        """Every delta of ``iter_deltas`` at once."""
+        return dict(self.iter_deltas(name))
 
     def save_adapter(self, path: Path, name: str) -> None:
         """Adapter ``name`` as a PEFT adapter directory of its own (keys without the adapter name: it loads
@@ -387,25 +419,36 @@ class RoleAdapters:
 
     def export(self, path: Path, model_path: str) -> None:
         """One standalone model per adapter: ``path/<name>/`` is the base with that adapter merged (float32)
-        and ``path/<name>/adapter/`` the adapter alone."""
+        and ``path/<name>/adapter/`` the adapter alone.
+
+        One float32 copy of the model is written to again for each adapter, one layer's delta at a time, its
+        base weights read back from the model's safetensors files between adapters (a copy of them is kept
+        only for weights the files do not name), so the export holds about one model beside the run's own
+        memory, not also every delta and a second copy of every adapted weight."""
         from transformers import AutoModelForCausalLM
 
         merged = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32) if _writes() else None
         params = dict(merged.named_parameters()) if merged is not None else {}
-        originals: dict[str, torch.Tensor] = {}
-        for name in self.names:
-            deltas = self.deltas(name)  # every rank: gathering shards is a collective
-            if merged is None:
-                self.save_adapter(Path(path) / name / "adapter", name)
-                continue
-            missing = sorted(set(deltas) - set(params))
+        if merged is not None:
+            missing = sorted({w for n in self.names for w, _ in self._lora_layers(n)} - set(params))
             if missing:
                 raise RuntimeError(f"merged LoRA export does not match the model: no weights {missing}")
-            with torch.no_grad():
-                for weight, delta in deltas.items():
-                    base = originals.setdefault(weight, params[weight].detach().clone())
-                    params[weight].copy_(base + delta.to(base.device))
-            merged.save_pretrained(Path(path) / name)
+        stored = _safetensors_weights(Path(model_path)) if merged is not None else {}
+        originals: dict[str, torch.Tensor] = {}
+        for i, name in enumerate(self.names):
+            for weight, delta in self.iter_deltas(name):  # every rank: gathering shards is a collective
+                if merged is None:
+                    continue
+                with torch.no_grad():
+                    param = params[weight]
+                    if i > 0:  # the previous adapter's merge is undone: the base weight again
+                        param.copy_(originals[weight] if weight in originals else stored[weight](weight))
+                    elif weight not in stored and len(self.names) > 1:
+                        originals[weight] = param.detach().clone()
+                    param.add_(delta.to(param.device))
+                del delta
+            if merged is not None:
+                merged.save_pretrained(Path(path) / name)
             self.save_adapter(Path(path) / name / "adapter", name)
         logger.info(
             "exported one model per adapter under %s: %s (each merged, its LoRA adapter in <name>/adapter)",
