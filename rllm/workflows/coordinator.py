@@ -28,7 +28,7 @@ Credit by contribution: a worker trajectory's reward is its own part's score, se
 
 - ``reported`` (the default): the number its reply passes on, its last number (``extract_last_number``,
   what the coordinator is shown to copy and what ``contribution`` credit compares with), is the part's
-  truth (``last_number`` reward). "3 + 2 = 5" is a right report of 3 + 2: SmolLM2-135M words 7 of 8
+  truth (``last_number`` reward). "3 + 2 = 5" is a right report of 3 + 2: greedy SmolLM2-135M wrote 6 of 8
   held-out sums that way, and a faithful coordinator passes its 5 on.
 - ``exact``: the reply is exactly one number, the truth (``number`` reward, the single-kind tasks'). It
   also asks the worker for the format "just the number", which the system does not need, and scores
