@@ -55,8 +55,8 @@ group (``algorithm.advantage`` per role works).
 
 Metrics: ``coordinator/accuracy`` (the final answer is right), ``coordinator/faithful`` (it lists exactly the
 workers' answers, in order), ``parts/accuracy`` and ``parts/<kind>/accuracy`` (the workers' answers),
-``parts/all_correct`` (every part right; under ``worker_reward=reported``, exactly what a faithful
-coordinator's final answer scores),
+``parts/all_correct`` (every part right; under ``worker_reward=reported``, what a faithful coordinator's
+final answer scores, but for a reply cut off at ``max_tokens`` whose last number happens to be right),
 ``<role>/accuracy`` (over the parts that role answered in the episode), and the table:
 ``coordinator/capability/<role>/<kind>`` (running success rate), ``coordinator/assigned/<role>/<kind>``.
 """
