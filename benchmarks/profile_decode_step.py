@@ -6,6 +6,8 @@ decode attention without ``repeat_kv``).
 Both engines load the same model in one process and decode the same chat prompts at temperature 1; their
 steps alternate in rounds of 4 (so machine load hits both alike) and the median step time is reported.
 The profile covers ``--steps`` steps of the engine as it is (``--profile baseline`` profiles the other).
+Last, the step's matrix products alone (:func:`gemm_floor`): every linear weight times a ``[B, in]`` input,
+back to back, so the step's time can be read against what torch's GEMMs take over the same weights.
 
     python benchmarks/profile_decode_step.py                          # bf16, B = 32, 1 thread
     python benchmarks/profile_decode_step.py --dtype float32 --threads 2
@@ -34,6 +36,23 @@ def undo_cpu_kernels(engine: LocalEngine) -> None:
             del linear.forward  # the instance attribute; nn.Linear.forward is back
         engine._fp32_gemm = None
     engine.model.set_attn_implementation("sdpa")
+
+
+def gemm_floor(model: torch.nn.Module, batch: int, repeats: int) -> tuple[float, int]:
+    """The products of one decode step alone: every ``nn.Linear`` weight of ``model`` (the LM head included),
+    in model order, times a ``[batch, in]`` input, as plain ``F.linear`` calls with nothing between them.
+    Returns the median seconds a pass and the bytes of weight it reads. The weights are the model's own
+    (hundreds of MB), so each pass reads them from memory, as a decode step does."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights}
+    passes = []
+    for r in range(repeats + 1):  # pass 0 warms up
+        t0 = time.perf_counter()
+        for w in weights:
+            torch.nn.functional.linear(inputs[w.shape[1]], w)
+        if r:
+            passes.append(time.perf_counter() - t0)
+    return statistics.median(passes), sum(w.numel() * w.element_size() for w in weights)
 
 
 def main() -> None:
@@ -98,6 +117,12 @@ def main() -> None:
                 batches[args.profile] = engines[args.profile]._decode_step(batches[args.profile])
     print(f"profile of {args.steps} decode steps ({args.profile}):")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    with torch.inference_mode():
+        floor, nbytes = gemm_floor(engines["baseline"].model, args.batch, 2 if args.quick else 10)
+    print(
+        f"the step's products alone (F.linear over every linear weight, {nbytes / 1e6:.0f} MB, B={args.batch}): "
+        f"{floor * 1e3:.1f} ms, {nbytes / floor / 1e9:.1f} GB/s of weights"
+    )
 
 
 if __name__ == "__main__":
