@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from rllm.types import Outcome
@@ -43,23 +44,27 @@ def single_number_match(text: str, answer: str | float) -> bool:
         return False
 
 
+def _one_number_reward(
+    task: dict[str, Any], response: str, match: Callable[[str, str | float], bool]
+) -> Outcome:
+    """1 when ``match(response, task["ground_truth"])``; the reply's last number in ``info``."""
+    if "ground_truth" not in task:
+        raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
+    correct = match(response, task["ground_truth"])
+    return Outcome(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})
+
+
 def number_reward(task: dict[str, Any], response: str) -> Outcome:
     """Reward of the built-in arithmetic tasks: 1 when the reply states exactly one number and it is
     ``task["ground_truth"]`` (see ``single_number_match``)."""
-    if "ground_truth" not in task:
-        raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
-    correct = single_number_match(response, task["ground_truth"])
-    return Outcome(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})
+    return _one_number_reward(task, response, single_number_match)
 
 
 def last_number_reward(task: dict[str, Any], response: str) -> Outcome:
     """1 when the last number written in the reply is ``task["ground_truth"]`` (``number_match``), however it
     is worded ("3 + 2 = 5" passes). For a reply another step reads by its last number, as the coordinator
     workflow reads its workers' (``extract_last_number``): it grades what is passed on, not the wording."""
-    if "ground_truth" not in task:
-        raise ValueError(f"task {task.get('task_id', '?')!r} has no ground_truth")
-    correct = number_match(response, task["ground_truth"])
-    return Outcome(reward=float(correct), is_correct=correct, info={"answer": extract_last_number(response)})
+    return _one_number_reward(task, response, number_match)
 
 
 def number_list(text: str) -> list[str]:

@@ -143,7 +143,7 @@ def test_adapter_tensors_are_the_deltas_and_only_the_changed_after_a_sync(traine
     assert set(everything) == {"default", "solver", "judge"}
     tensors = everything["solver"]
     assert "model.layers.0.self_attn.q_proj" in tensors
-    deltas = trained.roles.deltas("solver")  # what peft itself adds to each weight
+    deltas = dict(trained.roles.iter_deltas("solver"))  # what peft itself adds to each weight
     assert set(deltas) == {f"{m}.weight" for m in tensors}
     for module, (a, b) in tensors.items():
         assert a.shape[0] == b.shape[1] == 4  # [r, in], [out, r]

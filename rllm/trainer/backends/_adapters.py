@@ -63,29 +63,27 @@ def _writes() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
-def _safetensors_weights(model_dir: Path) -> dict[str, Callable[[str], torch.Tensor]]:
-    """Weight name -> a reader of that tensor from the model's safetensors files (one file, or the shards an
-    index names); empty for a model stored otherwise."""
+def _safetensors_files(model_dir: Path) -> dict[str, Path]:
+    """Weight name -> the safetensors file of the model that holds it (one file, or the shards an index
+    names); empty for a model stored otherwise."""
     from safetensors import safe_open
 
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        files = {w: model_dir / f for w, f in json.loads(index.read_text())["weight_map"].items()}
-    elif (model_dir / "model.safetensors").is_file():
-        with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
-            files = dict.fromkeys(f.keys(), model_dir / "model.safetensors")
-    else:
+        return {w: model_dir / f for w, f in json.loads(index.read_text())["weight_map"].items()}
+    single = model_dir / "model.safetensors"
+    if not single.is_file():
         return {}
+    with safe_open(str(single), framework="pt") as f:
+        return dict.fromkeys(f.keys(), single)
 
-    def reader(file: Path) -> Callable[[str], torch.Tensor]:
-        def read(weight: str) -> torch.Tensor:
-            with safe_open(str(file), framework="pt") as f:
-                return f.get_tensor(weight)
 
-        return read
+def _read(file: Path, weight: str) -> torch.Tensor:
+    """One tensor of a safetensors file."""
+    from safetensors import safe_open
 
-    readers = {file: reader(file) for file in set(files.values())}
-    return {w: readers[file] for w, file in files.items()}
+    with safe_open(str(file), framework="pt") as f:
+        return f.get_tensor(weight)
 
 
 def add_adapters(model: Any, names: list[str]) -> None:
@@ -360,10 +358,6 @@ class RoleAdapters:
             else:
                 yield weight, module.get_delta_weight(name).float()
 
-    def deltas(self, name: str) -> dict[str, torch.Tensor]:
-        """Every delta of ``iter_deltas`` at once."""
-        return dict(self.iter_deltas(name))
-
     def save_adapter(self, path: Path, name: str) -> None:
         """Adapter ``name`` as a PEFT adapter directory of its own (keys without the adapter name: it loads
         as any adapter name, in peft or vLLM)."""
@@ -433,7 +427,7 @@ class RoleAdapters:
             missing = sorted({w for n in self.names for w, _ in self._lora_layers(n)} - set(params))
             if missing:
                 raise RuntimeError(f"merged LoRA export does not match the model: no weights {missing}")
-        stored = _safetensors_weights(Path(model_path)) if merged is not None else {}
+        stored = _safetensors_files(Path(model_path)) if merged is not None else {}
         originals: dict[str, torch.Tensor] = {}
         for i, name in enumerate(self.names):
             for weight, delta in self.iter_deltas(name):  # every rank: gathering shards is a collective
@@ -442,7 +436,9 @@ class RoleAdapters:
                 with torch.no_grad():
                     param = params[weight]
                     if i > 0:  # the previous adapter's merge is undone: the base weight again
-                        param.copy_(originals[weight] if weight in originals else stored[weight](weight))
+                        param.copy_(
+                            originals[weight] if weight in originals else _read(stored[weight], weight)
+                        )
                     elif weight not in stored and len(self.names) > 1:
                         originals[weight] = param.detach().clone()
                     param.add_(delta.to(param.device))
