@@ -55,6 +55,7 @@ from rllm.inference.grammar import Grammar, GrammarMatcher
 from rllm.inference.multi_lora import AdapterSet, AdapterTensors
 from rllm.inference.sampling import sample_tokens
 from rllm.utils.allocator import pin_mmap_threshold
+from rllm.utils.openmp import release_openmp_threads
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +193,7 @@ class LocalEngine(EngineBase):
         with self._cond:
             self._pending.extend(rows)
         self._ensure_worker()
+        release_openmp_threads()  # this thread now waits: the decode thread gets the cores (rllm.utils.openmp)
         await asyncio.gather(*(r.done for r in rows))
         return [
             Completion(
@@ -308,6 +310,10 @@ class LocalEngine(EngineBase):
             while self._swap.is_set():  # a weight swap is waiting for the lock: let it have it first
                 time.sleep(0.001)
             self._run_batch()
+            if (
+                not self._pending
+            ):  # idle: free this thread's OpenMP workers for the trainer's (rllm.utils.openmp)
+                release_openmp_threads()
 
     def _wait_for_arrivals(self) -> None:
         """Rows submitted together (an asyncio.gather of episodes, or HTTP calls a few ms apart) arrive over a

@@ -56,6 +56,7 @@ from rllm.utils.allocator import pin_mmap_threshold, release_free_memory
 from rllm.utils.config import dump_config
 from rllm.utils.event_loop import RunLoop
 from rllm.utils.metrics import MetricsLogger, build_sinks
+from rllm.utils.openmp import release_openmp_threads
 from rllm.utils.timing import Span, timed
 
 logger = logging.getLogger(__name__)
@@ -313,6 +314,7 @@ class AgentTrainer:
     # ------------------------------------------------------------------ eval
     def evaluate(self, step: int) -> dict[str, float]:
         """Greedy accuracy (and reward, lengths, flow metrics) on the held-out tasks at ``step``."""
+        release_openmp_threads()  # as for a rollout: this thread waits
         with timed("eval") as span:
             episodes = self._loop.run(
                 self.runner.run_tasks(
@@ -399,6 +401,7 @@ class AgentTrainer:
     def _rollout(self, step: int, metrics: dict[str, float]) -> list[Episode]:
         """Run the step's episodes; add the rollout's time and speed (and a server pool's health) to
         ``metrics``."""
+        release_openmp_threads()  # this thread waits for the rollout: the engine gets the cores (rllm.utils.openmp)
         if self._producer is not None:  # async: sampled ahead; the wait is the trainer's idle time
             with timed("rollout", metrics) as wait:
                 episodes = self._loop.run(self._producer.episodes(step))

@@ -49,6 +49,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rllm.algorithms.losses import LossConfig
+from rllm.trainer.backends._lora import Factors, merge_lora
 from rllm.trainer.backends.base import UnsupportedConfigError
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
@@ -268,27 +269,27 @@ class _ShardedBackend(LocalBackend):
                 layers[name] = module
         return layers
 
-    def _gathered_lora_deltas(self) -> dict[str, torch.Tensor]:
-        """float32 ``B @ A * scale`` per adapted layer, keyed by plain HF weight name (rank 0 only)."""
+    def _gathered_lora_factors(self) -> dict[str, list[Factors]]:
+        """Each adapted layer's ``(A, B, scaling)`` per active adapter, gathered whole, keyed by plain HF weight
+        name (rank 0 only; a collective)."""
         prefix = "base_model.model."
         layers = self._lora_layers()
         names = [n for n, _ in self.model.named_parameters() if "lora_" in n]
         full = self._gather(names)
         if dist.get_rank() != 0:
             return {}
-        deltas = {}
-        for name, module in layers.items():
-            delta = None
-            for a in module.active_adapters:
-                if a not in module.lora_A:
-                    continue
-                A = full[f"{prefix}{name}.lora_A.{a}.weight"].float()
-                B = full[f"{prefix}{name}.lora_B.{a}.weight"].float()
-                d = (B @ A) * module.scaling[a]
-                delta = d if delta is None else delta + d
-            if delta is not None:
-                deltas[f"{name}.weight"] = delta
-        return deltas
+        return {
+            f"{name}.weight": [
+                (
+                    full[f"{prefix}{name}.lora_A.{a}.weight"],
+                    full[f"{prefix}{name}.lora_B.{a}.weight"],
+                    module.scaling[a],
+                )
+                for a in module.active_adapters
+                if a in module.lora_A
+            ]
+            for name, module in layers.items()
+        }
 
     @torch.no_grad()
     def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, torch.Tensor]]:
@@ -296,7 +297,7 @@ class _ShardedBackend(LocalBackend):
             names = [n for n, _ in self.model.named_parameters()]
             full = self._gather(names)
             return [(n, full[n]) for n in names] if full else []
-        deltas = self._gathered_lora_deltas()
+        factors = self._gathered_lora_factors()
         base_names = [n for n, _ in self.model.base_model.model.named_parameters() if "lora_" not in n]
         plain = {n: n.replace(".base_layer.", ".") for n in base_names}
         adapted = {f"{name}.weight" for name in self._lora_layers()}
@@ -307,7 +308,7 @@ class _ShardedBackend(LocalBackend):
         out = []
         for n in wanted:
             p = full["base_model.model." + n]
-            out.append((plain[n], p + deltas[plain[n]].to(p.dtype) if plain[n] in deltas else p))
+            out.append((plain[n], merge_lora(p, factors[plain[n]]) if plain[n] in factors else p))
         return out
 
     def save_adapter(self, path: Path, adapter: str | None = None) -> None:
@@ -335,14 +336,14 @@ class _ShardedBackend(LocalBackend):
             self.roles.export(Path(path), self.model_path)
             return
         if self.lora:
-            deltas = self._gathered_lora_deltas()
+            factors = self._gathered_lora_factors()
             if dist.get_rank() != 0:
                 return
             merged = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
             params = dict(merged.named_parameters())
             with torch.no_grad():
-                for name, delta in deltas.items():
-                    params[name].add_(delta)
+                for name, layer_factors in factors.items():
+                    merge_lora(params[name], layer_factors, inplace=True)
             merged.save_pretrained(Path(path))
             return
         full = dict(self.named_merged_weights())

@@ -8,6 +8,7 @@ import logging
 import random
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from rllm.algorithms.logprobs import chunked_token_logprobs
 from rllm.algorithms.losses import LossConfig, aggregate_loss, compute_policy_loss
 from rllm.inference.local import left_pad, pick_device
 from rllm.trainer.backends._adapters import RoleAdapters, add_adapters, init_adapters
+from rllm.trainer.backends._lora import fuse_lora_linears, layer_factors, merge_lora
 from rllm.trainer.backends.base import BackendCapabilities, TrainingBackend, UnsupportedConfigError, lr_factor
 from rllm.trainer.config import TrainConfig, adapter_names
 from rllm.types import DEFAULT_ADAPTER, TrainBatch, TrainSequence
@@ -147,6 +149,8 @@ class LocalBackend(TrainingBackend):
             if cfg.roles:
                 add_adapters(model, adapter_names(cfg.roles))
                 init_adapters(model, cfg.roles, cfg.lora)
+            # Each adapted layer adds its update inside a GEMM, not in three elementwise passes (_lora.py).
+            fuse_lora_linears(model)
         elif cfg.algorithm.loss.kl_coef > 0:
             # Full fine-tune needs a frozen copy for the KL term; loaded only when the term is on.
             reference = AutoModelForCausalLM.from_pretrained(
@@ -546,36 +550,35 @@ class LocalBackend(TrainingBackend):
                 self.scheduler.step()
 
     # ------------------------------------------------------------------ weights
-    @torch.no_grad()
-    def _lora_deltas(self) -> dict[str, torch.Tensor]:
-        """float32 ``B @ A * scale`` of every adapted linear layer, keyed by its plain HF weight name."""
+    def _lora_layers(self) -> dict[str, Any]:
+        """peft's LoRA layers by their plain Hugging Face weight name."""
         from peft.tuners.lora import LoraLayer
 
-        deltas: dict[str, torch.Tensor] = {}
-        for name, module in self.model.base_model.model.named_modules():
-            if isinstance(module, LoraLayer):
-                delta = sum(
-                    module.get_delta_weight(a).float() for a in module.active_adapters if a in module.lora_A
-                )
-                deltas[f"{name}.weight"] = delta
-        return deltas
+        return {
+            f"{name}.weight": module
+            for name, module in self.model.base_model.model.named_modules()
+            if isinstance(module, LoraLayer)
+        }
 
     @torch.no_grad()
     def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, torch.Tensor]]:
-        """The policy's weights under plain Hugging Face names, LoRA deltas merged in.
+        """The policy's weights under plain Hugging Face names, LoRA deltas merged in (in the base's dtype:
+        the engine holds that dtype, or a lower one, anyway).
 
         With ``changed_only`` and LoRA, only the adapted weights are returned (the rest are frozen).
         """
         if not self.lora:
             return [(n, p.detach()) for n, p in self.model.named_parameters()]
-        deltas = self._lora_deltas()
+        layers = self._lora_layers()
         out: list[tuple[str, torch.Tensor]] = []
         for name, p in self.model.base_model.model.named_parameters():
             if "lora_" in name:
                 continue
             plain = name.replace(".base_layer.", ".")
-            if plain in deltas:  # in the base's dtype: the engine holds that dtype (or a lower one) anyway
-                out.append((plain, p.detach() + deltas[plain].to(p.dtype)))
+            module = layers.get(plain)
+            if module is not None:
+                merged = merge_lora(p.detach(), layer_factors(module), fan_in_fan_out=module.fan_in_fan_out)
+                out.append((plain, merged))
             elif not changed_only:
                 out.append((plain, p.detach()))
         return out
@@ -611,13 +614,14 @@ class LocalBackend(TrainingBackend):
             # may be bf16, and peft's merge_and_unload would destroy the adapters we keep training).
             merged = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
             params = dict(merged.named_parameters())
-            deltas = self._lora_deltas()
-            missing = sorted(set(deltas) - set(params))
+            layers = self._lora_layers()
+            missing = sorted(set(layers) - set(params))
             if missing:
                 raise RuntimeError(f"merged LoRA export does not match the model: no weights {missing}")
             with torch.no_grad():
-                for name, delta in deltas.items():
-                    params[name].add_(delta.to(params[name].device))
+                for name, module in layers.items():
+                    factors = [(A.cpu(), B.cpu(), s) for A, B, s in layer_factors(module)]
+                    merge_lora(params[name], factors, fan_in_fan_out=module.fan_in_fan_out, inplace=True)
             merged.save_pretrained(path)
         else:
             self.model.save_pretrained(path)
