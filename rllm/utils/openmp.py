@@ -7,10 +7,10 @@ process has CPUs, libgomp *throttles* every pool: a worker spins about 100 times
 sleeps between regions, so each of the thousands of small regions of a step (a decode step has 211
 products) waits for its worker to wake. It does so while the other thread is merely idle, waiting.
 
-Measured on the 2-core reference machine (Intel Xeon with AMX, 2026-12-04; docs/results.md): a decode
-step's 211 products over SmolLM2-135M's float32 weights take 48-51 ms in one thread, 65-69 ms while a
-second thread that once ran torch ops waits on an event (the same with ``OMP_WAIT_POLICY=PASSIVE``:
-70 ms), and 50-52 ms once that second thread freed its pool. libgomp's own environment variables cannot
+Measured on the 2-core reference machine (Intel Xeon with AMX, 2026-12-04; ``benchmarks/bench_openmp.py``):
+a decode step's 211 products over SmolLM2-135M's float32 weights took 57.1 ms alone, 75.1 ms while a second
+thread that once ran torch ops waited with its pool, and 57.9 ms once that thread freed it; a 2 x 4 x 32
+GRPO step took 4.72 s with the releases below and 6.19 s without. libgomp's own environment variables cannot
 lift the throttle (``GOMP_SPINCOUNT`` sets only the unthrottled count).
 
 :func:`release_openmp_threads` frees the calling thread's pool (``omp_pause_resource_all``, which libgomp
