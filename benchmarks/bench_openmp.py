@@ -21,11 +21,13 @@ against the same code without the release, in one process:
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import tempfile
 import threading
 import time
 
+import bench_grpo_vs_trl as grpo
 import torch
 from _common import header_line, machine_line, markdown_table, resolve_bench_model, set_threads
 from profile_decode_step import gemm_floor
@@ -68,12 +70,6 @@ def products(model: torch.nn.Module, batch: int, rounds: int, repeats: int) -> d
 
 def grpo_steps(model: str, prompts: int, group: int, tokens: int, steps: int) -> dict[str, dict[str, float]]:
     """Median seconds of the GRPO step and its phases, steps alternating between the release on and off."""
-    import importlib
-    import sys
-
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    import bench_grpo_vs_trl as grpo
-
     args = argparse.Namespace(
         model=model,
         prompts=prompts,
