@@ -310,9 +310,7 @@ class LocalEngine(EngineBase):
             while self._swap.is_set():  # a weight swap is waiting for the lock: let it have it first
                 time.sleep(0.001)
             self._run_batch()
-            if (
-                not self._pending
-            ):  # idle: free this thread's OpenMP workers for the trainer's (rllm.utils.openmp)
+            if not self._pending:  # idle: its OpenMP workers go, for the trainer's (rllm.utils.openmp)
                 release_openmp_threads()
 
     def _wait_for_arrivals(self) -> None:

@@ -16,7 +16,7 @@ lift the throttle (``GOMP_SPINCOUNT`` sets only the unthrottled count).
 :func:`release_openmp_threads` frees the calling thread's pool (``omp_pause_resource_all``, which libgomp
 implements for the host by freeing exactly that pool); the thread's next region builds a new one, one
 ``pthread_create`` per worker. The engine calls it when its decode thread goes idle and in the thread
-that submits a request (it is about to wait); the trainer calls it before each rollout.
+that submits a request (it is about to wait); the trainer calls it before each rollout and evaluation.
 
 Elsewhere (another OpenMP runtime, no OpenMP, not Linux) it does nothing and returns False: LLVM's
 ``libomp`` pauses the whole runtime rather than one thread's pool, so it is not called.
