@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -168,9 +169,10 @@ class TrainingBackend(ABC):
         Called before anything loads; the default refuses nothing."""
 
     # The weight-transfer modes (see the module docstring): a backend implements those it declares.
-    def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, Any]]:
+    def named_merged_weights(self, *, changed_only: bool = False) -> Iterable[tuple[str, Any]]:
         """``tensors``: the policy's full weights under plain Hugging Face names (LoRA merged in); with
-        ``changed_only`` and LoRA, only the adapted ones."""
+        ``changed_only`` and LoRA, only the adapted ones. Iterated once (the local backend yields each weight
+        as it merges it)."""
         raise WeightSyncError(f"backend '{self.capabilities.name}' does not hand weights over as tensors")
 
     def save_adapter(self, path: Path, adapter: str | None = None) -> None:
