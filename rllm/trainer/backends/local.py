@@ -552,11 +552,11 @@ class LocalBackend(TrainingBackend):
 
     # ------------------------------------------------------------------ weights
     def _lora_layers(self) -> dict[str, Any]:
-        """peft's LoRA layers by their plain Hugging Face weight name."""
+        """Adapted linear layers (peft's LoRA layers) by their plain Hugging Face module name."""
         from peft.tuners.lora import LoraLayer
 
         return {
-            f"{name}.weight": module
+            name: module
             for name, module in self.model.base_model.model.named_modules()
             if isinstance(module, LoraLayer)
         }
@@ -573,7 +573,7 @@ class LocalBackend(TrainingBackend):
         if not self.lora:
             yield from ((n, p.detach()) for n, p in self.model.named_parameters())
             return
-        layers = self._lora_layers()
+        layers = {f"{name}.weight": module for name, module in self._lora_layers().items()}
         for name, p in self.model.base_model.model.named_parameters():
             if "lora_" in name:
                 continue
@@ -618,7 +618,7 @@ class LocalBackend(TrainingBackend):
             # may be bf16, and peft's merge_and_unload would destroy the adapters we keep training).
             merged = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
             params = dict(merged.named_parameters())
-            layers = self._lora_layers()
+            layers = {f"{name}.weight": module for name, module in self._lora_layers().items()}
             missing = sorted(set(layers) - set(params))
             if missing:
                 raise RuntimeError(f"merged LoRA export does not match the model: no weights {missing}")
