@@ -57,7 +57,9 @@ TRL_TIMING_GENERATE = "GRPOTrainer.transformers.generate"  # TRL's own profiling
 TRL_TIMING_PREPARE = "GRPOTrainer._prepare_inputs"  # generation + reward + advantages, per micro-batch
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv``, default ``sys.argv[1:]``): also how ``bench_openmp`` builds this
+    benchmark's settings, so the two share its defaults."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--model", default="smollm2-135m", help="built-in name, model directory, hub id, or 'tiny'"
@@ -108,7 +110,7 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     prompts, generations, max_tokens = PRESETS[args.preset]
     if args.quick:
         args.model, prompts, generations, max_tokens, args.warmup, args.steps = "tiny", 2, 4, 8, 1, 1

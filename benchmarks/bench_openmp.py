@@ -70,21 +70,9 @@ def products(model: torch.nn.Module, batch: int, rounds: int, repeats: int) -> d
 
 def grpo_steps(model: str, prompts: int, group: int, tokens: int, steps: int) -> dict[str, dict[str, float]]:
     """Median seconds of the GRPO step and its phases, steps alternating between the release on and off."""
-    args = argparse.Namespace(
-        model=model,
-        prompts=prompts,
-        generations=group,
-        max_tokens=tokens,
-        full_finetune=False,
-        lora_rank=32,
-        lora_alpha=64,
-        precision="fp32",
-        micro_batch=16,
-        lr=1e-6,
-        warmup=1,
-        steps=steps,
-        seed=0,
-        threads=None,
+    args = grpo.parse_args(
+        ["--model", model, "--precision", "fp32", "--prompts", str(prompts), "--generations", str(group)]
+        + ["--max-tokens", str(tokens), "--steps", str(steps)]
     )
     trainer = grpo.bench_trainer(args, tempfile.mkdtemp(prefix="rllm-bench-openmp-"))
     trainer._setup()
