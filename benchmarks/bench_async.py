@@ -161,6 +161,7 @@ def config(
             "eval.before=false",
             "eval.after=false",
             "lora.enabled=false",
+            "optim.lr=1e-3",  # the lr its published runs used (the default until it became 5e-4)
             "backend.device=cpu",
             "backend.autocast=none",
             "inference.dtype=float32",

@@ -146,7 +146,10 @@ def adapter_lrs(roles: dict[str, RoleConfig], default_lr: float) -> dict[str, fl
 
 class OptimConfig(_Section):
     lr: float = Field(
-        1e-3, gt=0, description="Peak learning rate of AdamW (1e-3 suits LoRA; use ~1e-5 for full fine-tune)."
+        5e-4,
+        gt=0,
+        description="Peak learning rate of AdamW (5e-4 suits LoRA: at 1e-3 a third of the default runs collapsed "
+        "into one answer per task, docs/results.md; use ~1e-5 for full fine-tune).",
     )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")

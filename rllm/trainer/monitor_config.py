@@ -107,6 +107,13 @@ class HackingConfig(_Section):
         lt=1,
         description="Collapse: alert when the mean reply length falls to this share of the first window's mean.",
     )
+    stall_patience: int = Field(
+        3,
+        ge=1,
+        description="Collapse: alert when this many steps in a row made no update although the tasks' rewards "
+        "differ (each task's attempts all scored alike: a policy that answers every task one way, right or "
+        "wrong, gives GRPO no signal and can no longer improve).",
+    )
 
 
 class MonitorConfig(_Section):

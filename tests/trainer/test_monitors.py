@@ -178,6 +178,50 @@ def test_collapse_checks() -> None:
     assert _run(same) == [["same_answer", "repetition"]]
 
 
+def test_stalled_counts_steps_without_an_update_while_rewards_differ() -> None:
+    """Skipped steps with rewards that differ across tasks count; a skipped step where every attempt scored
+    the same (a solved batch, all 1) or a step that trained resets the count."""
+    skipped = {"train/skipped": 1.0, "reward/min": 0.0, "reward/max": 1.0}
+    solved = {"train/skipped": 1.0, "reward/min": 1.0, "reward/max": 1.0}
+    trained = {"train/entropy": 0.4, "reward/min": 0.0, "reward/max": 1.0}
+    kinds = [skipped, skipped, solved, skipped, skipped, trained, skipped, skipped, skipped, skipped]
+    records = [{"step": s, "reward/mean": 0.5, **k} for s, k in enumerate(kinds, 1)]
+    assert ["stalled" in active for active in _run(records)] == [False] * 8 + [True, True]
+    assert HackingDetector(HackingConfig(stall_patience=1)).update(1, records[0]).active == ["stalled"]
+
+
+def _metrics(name: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (DATA / name).read_text().splitlines()]
+
+
+def test_a_collapsed_default_run_is_flagged_as_stalled() -> None:
+    """A real default run of 2026-12-04 (``rllm train``, ecdd0c7's code; docs/results.md) that collapsed:
+    by step 7 it named the first of the two numbers every time, so every group's attempts scored alike and
+    no step after 6 updated; held-out accuracy stayed at 48 %. The stall check fires at step 9 (its third
+    such step) and holds while the run stays stalled. Its entropy check never could: no update, no entropy.
+    A run of the same code that went through the same short-answer phase and recovered (93.5 %) never
+    triggers it, though it too skipped steps."""
+    collapsed = replay_hacking(HackingConfig(), _metrics("collapsed_run_metrics.jsonl"))
+    steps = [r.metrics.get("monitor/hacking/alert/stalled") for r in collapsed]
+    assert steps[:9] == [0.0] * 9 and steps[9] == 1.0  # record 0 is the eval before training
+    assert sum(s == 1.0 for s in steps) >= 15
+    assert not any("entropy" in r.active for r in collapsed)
+    recovered = replay_hacking(HackingConfig(), _metrics("recovered_run_metrics.jsonl"))
+    assert not any("stalled" in r.active for r in recovered)
+
+
+def test_a_stall_is_logged_as_collapse_when_it_starts(caplog: pytest.LogCaptureFixture) -> None:
+    """One line each time the stall starts (the collapsed run updated at steps 18 and 25 and stalled again
+    after each), worded as a collapse, not as reward hacking."""
+    monitors = Monitors(MonitorConfig(), temperature=1.0, set_temperature=lambda t: None)
+    with caplog.at_level("WARNING", logger="rllm.trainer.monitors"):
+        for record in _metrics("collapsed_run_metrics.jsonl"):
+            monitors.check(record["step"], record)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("output collapse at step 9 (stalled): no update for 3 steps in a row")
+    assert len(lines) > 1 and all(line.startswith("output collapse at step ") for line in lines)
+
+
 def test_the_default_run_replayed_raises_no_alert() -> None:
     """The real 32-step default run of 2026-12-03 (``rllm train`` defaults; docs/results.md): its logged
     metrics, with each step's collapse statistics computed from its journaled replies, replayed through the

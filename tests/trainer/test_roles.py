@@ -43,7 +43,7 @@ def _refusal(cfg: TrainConfig) -> str:
 def test_the_roles_section() -> None:
     cfg = _cfg(*ROLES, "roles.critic.adapter=judge", "roles.judge.lr=0.01")
     assert adapter_names(cfg.roles) == ["default", "solver", "judge"]  # a shared adapter once
-    assert adapter_lrs(cfg.roles, cfg.optim.lr) == {"default": 1e-3, "solver": 1e-3, "judge": 0.01}
+    assert adapter_lrs(cfg.roles, cfg.optim.lr) == {"default": 5e-4, "solver": 5e-4, "judge": 0.01}
     assert adapter_names(_cfg().roles) == []
     with pytest.raises(ConfigError, match="must be letters, digits"):
         _cfg("roles.solver.adapter=a.b")

@@ -21,7 +21,7 @@ import numpy as np
 from rllm.rewards.registry import get_reward, reward_names
 from rllm.trainer.monitor_config import DriftConfig, HackingConfig, MonitorConfig
 from rllm.trainer.monitors.drift import DriftMonitor, DriftReport, StepSample
-from rllm.trainer.monitors.hacking import CHECKS, HackingDetector, HackingReport
+from rllm.trainer.monitors.hacking import CHECKS, DISAGREEMENTS, HackingDetector, HackingReport
 from rllm.trainer.monitors.stats import collapse_stats, final_reply
 from rllm.types import Episode
 from rllm.utils.config import did_you_mean
@@ -150,9 +150,8 @@ class Monitors:
             report = self.hacking.update(step, {**metrics, **out})
             out.update(report.metrics)
             for name in report.started:
-                logger.warning(
-                    "possible reward hacking at step %d (%s): %s", step, name, report.reasons[name]
-                )
+                what = "possible reward hacking" if name in DISAGREEMENTS else "output collapse"
+                logger.warning("%s at step %d (%s): %s", what, step, name, report.reasons[name])
         return out
 
     def _check_drift(self, step: int, sample: StepSample) -> dict[str, float]:

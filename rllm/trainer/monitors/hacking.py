@@ -13,6 +13,10 @@ same detector runs inside the trainer and over a finished run's ``metrics.jsonl`
 - ``same_answer``: ``monitor/hacking/same_answer`` (``stats.same_answer_share``) at or above ``same_answer_max``.
 - ``repetition``: ``monitor/hacking/repetition`` (``stats.repeated_ngram_share``) at or above ``repetition_max``.
 - ``length``: ``response_len/mean`` at or below ``min_length_ratio`` x the mean of the first ``window`` steps'.
+- ``stalled``: ``stall_patience`` steps in a row without an update (``train/skipped``) although the step's rewards
+  differ (``reward/min`` < ``reward/max``): every group's attempts scored alike, some groups right and some
+  wrong. The policy answers each task one way every time, so group-relative advantages are all zero and it
+  cannot improve any more (the entropy check cannot see this: a step without an update logs no entropy).
 
 Each check's state is logged every step as ``monitor/hacking/alert/<check>`` (0/1), any of them as
 ``monitor/hacking/alert``.
@@ -28,7 +32,8 @@ import numpy as np
 
 from rllm.trainer.monitor_config import HackingConfig
 
-CHECKS = ("reward_vs_eval", "reward_vs_second", "entropy", "same_answer", "repetition", "length")
+CHECKS = ("reward_vs_eval", "reward_vs_second", "entropy", "same_answer", "repetition", "length", "stalled")
+DISAGREEMENTS = ("reward_vs_eval", "reward_vs_second")  # the rest are output-collapse checks
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class HackingDetector:
         self.evals: list[tuple[int, float]] = []  # (step, eval/accuracy)
         self.lengths: list[float] = []
         self._low_entropy = 0
+        self._stalled = 0
         self._state: dict[str, bool] = dict.fromkeys(CHECKS, False)
         self._reasons: dict[str, str] = {}
 
@@ -62,6 +68,7 @@ class HackingDetector:
             "evals": self.evals,
             "lengths": self.lengths,
             "low_entropy": self._low_entropy,
+            "stalled": self._stalled,
             "state": self._state,
             "reasons": self._reasons,
         }
@@ -72,6 +79,7 @@ class HackingDetector:
         self.evals = [(int(s), float(v)) for s, v in state["evals"]]
         self.lengths = [float(v) for v in state["lengths"]]
         self._low_entropy = int(state["low_entropy"])
+        self._stalled = int(state.get("stalled", 0))  # absent from checkpoints older than the check
         self._state = {name: bool(state["state"].get(name, False)) for name in CHECKS}
         self._reasons = dict(state["reasons"])
 
@@ -168,6 +176,16 @@ class HackingDetector:
         if repetition is not None:
             out["repetition"] = (
                 f"{repetition:.0%} of the replies' 4-grams repeat" if repetition >= c.repetition_max else None
+            )
+        if "reward/mean" in m:
+            spread = m.get("reward/min", 0.0) < m.get("reward/max", 0.0)
+            self._stalled = self._stalled + 1 if m.get("train/skipped", 0.0) and spread else 0
+            out["stalled"] = (
+                f"no update for {self._stalled} steps in a row: each task's attempts all scored alike (some "
+                "tasks right, some wrong), so every group's advantage is zero; raise rollout.temperature or "
+                "rollout.group_size, or restart with a lower optim.lr"
+                if self._stalled >= c.stall_patience
+                else None
             )
         if "response_len/mean" in m:
             self.lengths.append(float(m["response_len/mean"]))
