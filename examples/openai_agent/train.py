@@ -36,10 +36,7 @@ def main(overrides: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in ("httpx", "httpx2", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # optim.lr: the lr its measured runs (README) used, the default before it became 5e-4
-    config = rllm.load_config(
-        rllm.TrainConfig, None, ["trainer.name=openai-agent", "optim.lr=1e-3", *overrides]
-    )
+    config = rllm.load_config(rllm.TrainConfig, None, ["trainer.name=openai-agent", *overrides])
     result = rllm.AgentTrainer(config, workflow=larger_agent, evaluator=grade).train()
     print(result.accuracy_line())
     print(f"traces: {result.run_dir / 'traces.db'}; final model: {result.final_model_dir}")
