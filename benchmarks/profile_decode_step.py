@@ -7,7 +7,8 @@ Both engines load the same model in one process and decode the same chat prompts
 steps alternate in rounds of 4 (so machine load hits both alike) and the median step time is reported.
 The profile covers ``--steps`` steps of the engine as it is (``--profile baseline`` profiles the other).
 Last, the step's matrix products alone (:func:`gemm_floor`): every linear weight times a ``[B, in]`` input,
-back to back, so the step's time can be read against what torch's GEMMs take over the same weights.
+back to back, so the step's time can be read against what torch's GEMMs take over the same weights; and the
+same at one row, where reading the weights from memory bounds the products.
 
     python benchmarks/profile_decode_step.py                          # bf16, B = 32, 1 thread
     python benchmarks/profile_decode_step.py --dtype float32 --threads 2
@@ -119,9 +120,16 @@ def main() -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
     with torch.inference_mode():
         floor, nbytes = gemm_floor(engines["baseline"].model, args.batch, 2 if args.quick else 10)
+        one_row, _ = gemm_floor(engines["baseline"].model, 1, 2 if args.quick else 10)
     print(
         f"the step's products alone (F.linear over every linear weight, {nbytes / 1e6:.0f} MB, B={args.batch}): "
         f"{floor * 1e3:.1f} ms, {nbytes / floor / 1e9:.1f} GB/s of weights"
+    )
+    # One row is a matrix-vector product, bound by reading the weights: the rate memory gives here, so the
+    # B-row figure reads against it (above it, the GEMM kernel rather than memory sets the step's products).
+    print(
+        f"the same at B=1 (reading the weights once): {one_row * 1e3:.1f} ms, {nbytes / one_row / 1e9:.1f} GB/s; "
+        f"B={args.batch} takes {floor / one_row:.2f}x that"
     )
 
 
