@@ -197,9 +197,9 @@ def _metrics(name: str) -> list[dict[str, Any]]:
 def test_a_collapsed_default_run_is_flagged_as_stalled() -> None:
     """A real default run of 2026-12-04 (``rllm train`` at lr 1e-3, 5432af4: ecdd0c7's code; docs/results.md)
     that collapsed: by step 7 it named the first of the two numbers every time, so every group's attempts
-    scored alike and no step after 6 updated; held-out accuracy stayed at 48 %. The stall check fires at step
-    9 (its third such step) and holds while the run stays stalled. Its entropy check never could: no update,
-    no entropy. A run of the same code that went through the same short-answer phase and recovered (93.5 %)
+    scored alike and only steps 18 and 25 updated after step 6; held-out accuracy stayed at 48 %. The stall
+    check fires at step 9 (its third such step) and holds while the run stays stalled. Its entropy check
+    never could: no update, no entropy. A run of the same code that went through the same short-answer phase and recovered (93.5 %)
     never triggers it, though it too skipped steps."""
     collapsed = replay_hacking(HackingConfig(), _metrics("collapsed_run_metrics.jsonl"))
     steps = [r.metrics.get("monitor/hacking/alert/stalled") for r in collapsed]
