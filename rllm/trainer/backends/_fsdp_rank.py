@@ -300,7 +300,7 @@ class _ShardedBackend(LocalBackend):
         factors = self._gathered_lora_factors()
         base_names = [n for n, _ in self.model.base_model.model.named_parameters() if "lora_" not in n]
         plain = {n: n.replace(".base_layer.", ".") for n in base_names}
-        adapted = {f"{name}.weight" for name in self._lora_layers()}
+        adapted = set(self._lora_weights())
         wanted = [n for n in base_names if not changed_only or plain[n] in adapted]
         full = self._gather(["base_model.model." + n for n in wanted])
         if dist.get_rank() != 0:

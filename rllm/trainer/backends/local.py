@@ -561,6 +561,10 @@ class LocalBackend(TrainingBackend):
             if isinstance(module, LoraLayer)
         }
 
+    def _lora_weights(self) -> dict[str, Any]:
+        """The same layers by the plain Hugging Face name of their weight (``<module>.weight``)."""
+        return {f"{name}.weight": module for name, module in self._lora_layers().items()}
+
     @torch.no_grad()
     def named_merged_weights(self, *, changed_only: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
         """The policy's weights under plain Hugging Face names, LoRA deltas merged in (in the base's dtype:
@@ -573,7 +577,7 @@ class LocalBackend(TrainingBackend):
         if not self.lora:
             yield from ((n, p.detach()) for n, p in self.model.named_parameters())
             return
-        layers = {f"{name}.weight": module for name, module in self._lora_layers().items()}
+        layers = self._lora_weights()
         for name, p in self.model.base_model.model.named_parameters():
             if "lora_" in name:
                 continue
@@ -618,7 +622,7 @@ class LocalBackend(TrainingBackend):
             # may be bf16, and peft's merge_and_unload would destroy the adapters we keep training).
             merged = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
             params = dict(merged.named_parameters())
-            layers = {f"{name}.weight": module for name, module in self._lora_layers().items()}
+            layers = self._lora_weights()
             missing = sorted(set(layers) - set(params))
             if missing:
                 raise RuntimeError(f"merged LoRA export does not match the model: no weights {missing}")
