@@ -391,16 +391,10 @@ def _rows_in_float32(logits_BTV: Tensor) -> bool:
     return logits_BTV.dtype in (torch.float16, torch.bfloat16)
 
 
-def entropy_from_logits(logits_BTV: Tensor) -> Tensor:
-    """Per-token entropy of softmax(logits), ``[B, T]``.
-
-    H = logsumexp(z) - sum_v softmax(z)_v * z_v
-    """
-    if _rows_in_float32(logits_BTV):
-        return torch.stack([entropy_from_logits(row_TV.float()) for row_TV in logits_BTV])
-    lse_BT = torch.logsumexp(logits_BTV, dim=-1)
-    probs_BTV = torch.softmax(logits_BTV, dim=-1)
-    return lse_BT - (probs_BTV * logits_BTV).sum(dim=-1)
+def entropy_from_log_probs(log_probs_NV: Tensor) -> Tensor:
+    """Per-row entropy of a distribution given as finite float32 log-probabilities (a log-softmax of
+    logits), ``[N]``: H = -sum_v p_v log p_v."""
+    return -(log_probs_NV.exp() * log_probs_NV).sum(dim=-1)
 
 
 def token_logprobs_from_logits(logits_BTV: Tensor, target_ids_BT: Tensor, temperature: float = 1.0) -> Tensor:

@@ -148,7 +148,8 @@ class InferenceEngine(Protocol):
         ...
 
     def load_weights(self, named_tensors: Any, *, version: int) -> None:
-        """``weight_transfer == "tensors"``: sample from these weights (Hugging Face names), as ``version``."""
+        """``weight_transfer == "tensors"``: sample from these weights (Hugging Face names), as ``version``.
+        A value is a tensor or a :class:`WeightWriter`, which the engine hands its own tensor to fill."""
         ...
 
     def sync_from(self, backend: Any, *, version: int) -> None:
@@ -161,6 +162,18 @@ class InferenceEngine(Protocol):
 
     def close(self) -> None:
         """Stop what the engine started (servers, gateways, threads)."""
+        ...
+
+
+@runtime_checkable
+class WeightWriter(Protocol):
+    """A weight handed to ``load_weights`` that computes itself straight into the engine's tensor: a LoRA
+    merge written into the engine's copy reads the base weight and writes the copy once, where a merged
+    tensor and then a copy of it pass over the weight twice (a 2 x 4 x 32 step's sync on the reference
+    machine: 160 against 78 ms for SmolLM2-135M's 210 adapted weights)."""
+
+    def write_into(self, target: Any) -> None:
+        """Fill ``target`` (the engine's tensor of this weight, any dtype) with the weight's values."""
         ...
 
 

@@ -54,6 +54,8 @@ from rllm.inference.devices import pick_device, pick_dtype
 from rllm.inference.grammar import Grammar, GrammarMatcher
 from rllm.inference.multi_lora import AdapterSet, AdapterTensors
 from rllm.inference.sampling import sample_tokens
+from rllm.inference.small_gemm import SmallBatchLinears
+from rllm.inference.small_gemm import install as install_small_gemm
 from rllm.utils.allocator import pin_mmap_threshold
 from rllm.utils.openmp import release_openmp_threads
 
@@ -131,13 +133,17 @@ class LocalEngine(EngineBase):
         self._merged_loaded = False  # load_weights was called: adapters are refused from then on
         self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
         # CPU kernel choices that keep the computation (rllm.inference.cpu_kernels): fp32 GEMMs for a
-        # half-precision model on a CPU without native support for it, and decode attention that reads
-        # grouped key/value heads without copying the cache.
+        # half-precision model on a CPU without native support for it, decode attention that reads
+        # grouped key/value heads without copying the cache, and a float32 model's decode-step products
+        # of 2-8 rows through a GEMM written for few rows (rllm.inference.small_gemm).
         self._fp32_gemm: Fp32Gemm | None = None
+        self.small_gemm: SmallBatchLinears | None = None
         if self.device.type == "cpu":
             dtype = next(model.parameters()).dtype
             if dtype in (torch.bfloat16, torch.float16) and cpu_lacks_native_half(dtype):
                 self._fp32_gemm = Fp32Gemm(model)
+            if dtype == torch.float32:
+                self.small_gemm = install_small_gemm(model)
             use_gqa_decode_attention(model)
 
     @classmethod
@@ -264,7 +270,10 @@ class LocalEngine(EngineBase):
                     target = params.get(name, buffers.get(name))
                     if target is None:
                         raise KeyError(f"engine model has no parameter {name!r}")
-                    target.copy_(tensor.to(dtype=target.dtype, device=target.device))
+                    if isinstance(tensor, torch.Tensor):
+                        target.copy_(tensor.to(dtype=target.dtype, device=target.device))
+                    else:  # a WeightWriter (rllm.inference.base), e.g. a LoRA merge computed into target
+                        tensor.write_into(target)
                 if self._fp32_gemm is not None:
                     self._fp32_gemm.refresh()
                 self.weight_version = self.weight_version + 1 if version is None else version

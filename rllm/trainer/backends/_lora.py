@@ -32,24 +32,48 @@ Factors = tuple[torch.Tensor, torch.Tensor, float]
 
 
 def merge_lora(
-    weight: torch.Tensor, factors: Iterable[Factors], *, fan_in_fan_out: bool = False, inplace: bool = False
+    weight: torch.Tensor,
+    factors: Iterable[Factors],
+    *,
+    fan_in_fan_out: bool = False,
+    inplace: bool = False,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``weight + Σ scaling · B @ A`` over ``factors`` (transposed for a ``fan_in_fan_out`` layer, whose
     weight is stored ``[in, out]``). Computed in float32 and returned in ``weight``'s dtype; ``inplace`` adds
-    into ``weight`` itself (float32 only)."""
-    if inplace and weight.dtype != torch.float32:
-        raise ValueError(f"merge_lora(inplace=True) needs a float32 weight, not {weight.dtype}")
+    into ``weight`` itself, ``out`` writes into another tensor of its shape (both float32 only)."""
+    for name, dest in (("inplace=True", weight if inplace else None), ("out", out)):
+        if dest is not None and dest.dtype != torch.float32:
+            raise ValueError(f"merge_lora({name}) needs a float32 tensor, not {dest.dtype}")
     merged = weight if inplace else None
     for A, B, scaling in factors:
         m1, m2 = (A.t(), B.t()) if fan_in_fan_out else (B, A)
         m1, m2 = m1.to(torch.float32), m2.to(torch.float32)
         if merged is None:
-            merged = torch.addmm(weight.to(torch.float32), m1, m2, alpha=scaling)
+            merged = torch.addmm(weight.to(torch.float32), m1, m2, alpha=scaling, out=out)
         else:
             merged.addmm_(m1, m2, alpha=scaling)
     if merged is None:  # no adapter: the weight as it is
-        return weight
-    return merged if inplace else merged.to(weight.dtype)
+        return weight if out is None else out.copy_(weight)
+    return merged if inplace or out is not None else merged.to(weight.dtype)
+
+
+class MergeWriter:
+    """One adapted weight for :meth:`InferenceEngine.load_weights`, merged straight into the engine's tensor
+    (a :class:`rllm.inference.base.WeightWriter`): one pass over the weight, not a merged copy and then a
+    copy of it. A target of another dtype or device gets the merged weight converted."""
+
+    def __init__(self, weight: torch.Tensor, factors: list[Factors], *, fan_in_fan_out: bool) -> None:
+        self.weight, self.factors, self.fan_in_fan_out = weight, factors, fan_in_fan_out
+
+    def write_into(self, target: torch.Tensor) -> None:
+        if target.dtype == torch.float32 and target.device == self.weight.device:
+            merge_lora(self.weight, self.factors, fan_in_fan_out=self.fan_in_fan_out, out=target)
+        else:
+            target.copy_(self.merged().to(dtype=target.dtype, device=target.device))
+
+    def merged(self) -> torch.Tensor:
+        return merge_lora(self.weight, self.factors, fan_in_fan_out=self.fan_in_fan_out)
 
 
 def layer_factors(module: Any) -> list[Factors]:
