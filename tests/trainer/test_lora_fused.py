@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from peft.tuners.lora import Linear as LoraLinear
 from transformers import AutoModelForCausalLM
 
-from rllm.trainer.backends._lora import fuse_lora_linears, layer_factors, merge_lora
+from rllm.trainer.backends._lora import MergeWriter, fuse_lora_linears, layer_factors, merge_lora
 from rllm.trainer.backends.local import LocalBackend
 from rllm.trainer.config import TrainConfig
 from rllm.utils.config import load_config
@@ -141,6 +141,51 @@ def test_merge_equals_peft_delta_weights(tiny_model_dir: Path) -> None:
         with pytest.raises(ValueError, match="float32"):
             merge_lora(w.to(torch.bfloat16), layer_factors(layer), inplace=True)
     assert merge_lora(layers[0].base_layer.weight, []) is layers[0].base_layer.weight
+
+
+def test_merge_writer_fills_the_engines_tensor_with_the_merged_weight(tiny_model_dir: Path) -> None:
+    model, _ = _peft_pair(tiny_model_dir)
+    layer = next(m for m in model.modules() if isinstance(m, LoraLinear))
+    w = layer.base_layer.weight.detach()
+    want = _delta_merged(layer, w)
+    writer = MergeWriter(w, layer_factors(layer), fan_in_fan_out=False)
+    target = torch.zeros_like(w)
+    writer.write_into(target)  # float32: merged straight into it
+    assert torch.allclose(target, want, atol=1e-5, rtol=0)
+    assert torch.equal(w, layer.base_layer.weight.detach()) and not torch.allclose(target, w, atol=1e-3)
+    half = torch.zeros_like(w, dtype=torch.bfloat16)
+    writer.write_into(half)  # another dtype: the merged weight, converted
+    assert torch.allclose(half.float(), want, atol=0.05, rtol=0.01)
+    with pytest.raises(ValueError, match=r"merge_lora\(out\) needs a float32"):
+        merge_lora(w, layer_factors(layer), out=half)
+    untouched = torch.zeros_like(w)
+    MergeWriter(w, [], fan_in_fan_out=False).write_into(untouched)  # no adapter: the base weight
+    assert torch.equal(untouched, w)
+
+
+def test_local_backend_hands_the_engine_writers_that_equal_the_merged_tensors(tiny_model_dir: Path) -> None:
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [f"model.path={tiny_model_dir}", "backend.device=cpu", "backend.autocast=none", "lora.rank=4"],
+    )
+    backend = LocalBackend(cfg, str(tiny_model_dir), pad_id=2)
+    with torch.no_grad():  # a trained adapter: B is no longer zero
+        for name, p in backend.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.1)
+    tensors = dict(backend.named_merged_weights())
+    written = dict(backend.named_merged_weights(writers=True))
+    assert tensors.keys() == written.keys()
+    writers = [n for n, v in written.items() if isinstance(v, MergeWriter)]
+    assert writers and all("proj" in n for n in writers)  # the adapted layers, and only they
+    for name, value in written.items():
+        if isinstance(value, MergeWriter):
+            target = torch.empty_like(tensors[name])
+            value.write_into(target)
+            assert torch.allclose(target, tensors[name], atol=1e-6, rtol=0), name
+        else:
+            assert torch.equal(value, tensors[name])
 
 
 def test_merge_of_a_fan_in_fan_out_layer() -> None:

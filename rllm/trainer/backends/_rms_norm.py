@@ -28,6 +28,7 @@ class _RMSNorm(torch.autograd.Function):
         xf = x.float()
         r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True).add_(eps))
         ctx.save_for_backward(xf, r, weight)
+        ctx.in_dtype = x.dtype
         return weight * (xf * r).to(x.dtype)
 
     @staticmethod
@@ -39,7 +40,7 @@ class _RMSNorm(torch.autograd.Function):
             m = (gw * xf).mean(-1, keepdim=True)
             dx = gw.mul_(r).sub_(xf * (m * r.pow(3))).to(g.dtype)
         if ctx.needs_input_grad[1]:
-            dw = (g * (xf * r).to(g.dtype)).sum(dim=tuple(range(g.dim() - 1))).to(weight.dtype)
+            dw = (g * (xf * r).to(ctx.in_dtype)).sum(dim=tuple(range(g.dim() - 1))).to(weight.dtype)
         return dx, dw, None
 
 
