@@ -1,14 +1,15 @@
 """Where one decode step of the local engine spends its time: torch.profiler's per-op self CPU time over a few
 decode steps of a batch of B rows, and an interleaved A/B of the step time against the same engine with its
 CPU kernel choices undone (``rllm.inference.cpu_kernels``: fp32 GEMMs for bf16 on CPUs without native bf16,
-decode attention without ``repeat_kv``).
+decode attention without ``repeat_kv``; ``rllm.inference.small_gemm``: float32 products of 3-8 rows).
 
 Both engines load the same model in one process and decode the same chat prompts at temperature 1; their
 steps alternate in rounds of 4 (so machine load hits both alike) and the median step time is reported.
 The profile covers ``--steps`` steps of the engine as it is (``--profile baseline`` profiles the other).
 Last, the step's matrix products alone (:func:`gemm_floor`): every linear weight times a ``[B, in]`` input,
-back to back, so the step's time can be read against what torch's GEMMs take over the same weights; and the
-same at one row, where reading the weights from memory bounds the products.
+back to back, so the step's time can be read against what torch's GEMMs take over the same weights; the
+same at one row, where reading the weights from memory bounds the products; and, for 1-8 float32 rows, the
+same products through rllm's small-batch GEMM.
 
     python benchmarks/profile_decode_step.py                          # bf16, B = 32, 1 thread
     python benchmarks/profile_decode_step.py --dtype float32 --threads 2
@@ -21,13 +22,16 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from _common import chat_prompt_ids, machine_line, resolve_bench_model
 from torch.profiler import ProfilerActivity, profile
 
 from rllm.inference.base import SamplingParams
 from rllm.inference.local import LocalEngine, _Row
+from rllm.inference.small_gemm import small_gemm
 
 
 def undo_cpu_kernels(engine: LocalEngine) -> None:
@@ -36,12 +40,17 @@ def undo_cpu_kernels(engine: LocalEngine) -> None:
         for linear, _, _ in engine._fp32_gemm.linears:
             del linear.forward  # the instance attribute; nn.Linear.forward is back
         engine._fp32_gemm = None
+    if engine.small_gemm is not None:
+        engine.small_gemm.active = False
     engine.model.set_attn_implementation("sdpa")
 
 
-def gemm_floor(model: torch.nn.Module, batch: int, repeats: int) -> tuple[float, int]:
+def gemm_floor(
+    model: torch.nn.Module, batch: int, repeats: int, product: Callable[..., torch.Tensor] = F.linear
+) -> tuple[float, int]:
     """The products of one decode step alone: every ``nn.Linear`` weight of ``model`` (the LM head included),
-    in model order, times a ``[batch, in]`` input, as plain ``F.linear`` calls with nothing between them.
+    in model order, times a ``[batch, in]`` input, as plain ``product`` calls (``F.linear``, or rllm's
+    ``small_gemm``) with nothing between them.
     Returns the median seconds a pass and the bytes of weight it reads. The weights are the model's own
     (hundreds of MB), so each pass reads them from memory, as a decode step does."""
     weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
@@ -50,7 +59,7 @@ def gemm_floor(model: torch.nn.Module, batch: int, repeats: int) -> tuple[float,
     for r in range(repeats + 1):  # pass 0 warms up
         t0 = time.perf_counter()
         for w in weights:
-            torch.nn.functional.linear(inputs[w.shape[1]], w)
+            product(inputs[w.shape[1]], w)
         if r:
             passes.append(time.perf_counter() - t0)
     return statistics.median(passes), sum(w.numel() * w.element_size() for w in weights)
@@ -131,6 +140,13 @@ def main() -> None:
         f"the same at B=1 (reading the weights once): {one_row * 1e3:.1f} ms, {nbytes / one_row / 1e9:.1f} GB/s; "
         f"B={args.batch} takes {floor / one_row:.2f}x that"
     )
+    if engines["engine"].small_gemm is not None and 1 <= args.batch <= 8:
+        with torch.inference_mode():
+            ours, _ = gemm_floor(engines["baseline"].model, args.batch, 2 if args.quick else 10, small_gemm)
+        print(
+            f"the same through rllm's small-batch GEMM (rllm.inference.small_gemm), B={args.batch}: "
+            f"{ours * 1e3:.1f} ms, {nbytes / ours / 1e9:.1f} GB/s, {floor / ours:.2f}x torch's"
+        )
 
 
 if __name__ == "__main__":

@@ -169,15 +169,18 @@ class TrainingBackend(ABC):
         Called before anything loads; the default refuses nothing."""
 
     # The weight-transfer modes (see the module docstring): a backend implements those it declares.
-    def named_merged_weights(
-        self, *, changed_only: bool = False, writers: bool = False
-    ) -> Iterable[tuple[str, Any]]:
+    def named_merged_weights(self, *, changed_only: bool = False) -> Iterable[tuple[str, Any]]:
         """``tensors``: the policy's full weights under plain Hugging Face names (LoRA merged in); with
         ``changed_only`` and LoRA, only the adapted ones. Iterated once (the local backend yields each weight
-        as it merges it). ``writers``: the receiver (an engine's ``load_weights``) also takes
-        :class:`rllm.inference.base.WeightWriter` values, which a backend may yield instead of a tensor
-        where writing into the engine's own tensor saves a pass (the local backend's LoRA merges)."""
+        as it merges it)."""
         raise WeightSyncError(f"backend '{self.capabilities.name}' does not hand weights over as tensors")
+
+    def weights_for_engine(self, *, changed_only: bool = False) -> Iterable[tuple[str, Any]]:
+        """What :meth:`sync_weights_to` hands an in-process engine's ``load_weights``: by default
+        :meth:`named_merged_weights`. A backend may also yield :class:`rllm.inference.base.WeightWriter`
+        values, which the engine calls with its own tensor (the local backend's LoRA merges: one pass over
+        each weight instead of a merged copy and a copy of it)."""
+        return self.named_merged_weights(changed_only=changed_only)
 
     def save_adapter(self, path: Path, adapter: str | None = None) -> None:
         """``files``, LoRA: write the current adapter (with roles: the one named, None = ``default``) as a PEFT
@@ -234,9 +237,7 @@ class TrainingBackend(ABC):
             engine.load_adapters(adapters, scaling=self.adapter_scaling, version=self.step)
         elif mode == "tensors":
             changed_only = self.lora and self._synced_once
-            engine.load_weights(
-                self.named_merged_weights(changed_only=changed_only, writers=True), version=self.step
-            )
+            engine.load_weights(self.weights_for_engine(changed_only=changed_only), version=self.step)
         else:
             engine.sync_from(self, version=self.step)
         self._synced_once = True

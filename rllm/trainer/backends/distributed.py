@@ -428,10 +428,7 @@ class DistributedBackend(TrainingBackend):
         self._all("skip_step")
         self.step += 1
 
-    def named_merged_weights(
-        self, *, changed_only: bool = False, writers: bool = False
-    ) -> list[tuple[str, torch.Tensor]]:
-        # Tensors only, whatever ``writers`` allows: the weights come gathered from the ranks' processes.
+    def named_merged_weights(self, *, changed_only: bool = False) -> list[tuple[str, torch.Tensor]]:
         return self._all("named_merged_weights", changed_only=changed_only)[0]
 
     def save_adapter(self, path: Path, adapter: str | None = None) -> None:

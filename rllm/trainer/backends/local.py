@@ -596,6 +596,11 @@ class LocalBackend(TrainingBackend):
             elif not changed_only:
                 yield plain, p.detach()
 
+    def weights_for_engine(
+        self, *, changed_only: bool = False
+    ) -> Iterator[tuple[str, torch.Tensor | MergeWriter]]:
+        return self.named_merged_weights(changed_only=changed_only, writers=True)
+
     def save_adapter(self, path: Path, adapter: str | None = None) -> None:
         if not self.lora:
             raise UnsupportedConfigError("save_adapter needs a LoRA run (lora.enabled=true)")
