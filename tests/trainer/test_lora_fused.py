@@ -163,13 +163,17 @@ def test_merge_writer_fills_the_engines_tensor_with_the_merged_weight(tiny_model
     assert torch.equal(untouched, w)
 
 
-def test_local_backend_hands_the_engine_writers_that_equal_the_merged_tensors(tiny_model_dir: Path) -> None:
+def _tiny_lora_backend(model_dir: Path) -> LocalBackend:
     cfg = load_config(
         TrainConfig,
         None,
-        [f"model.path={tiny_model_dir}", "backend.device=cpu", "backend.autocast=none", "lora.rank=4"],
+        [f"model.path={model_dir}", "backend.device=cpu", "backend.autocast=none", "lora.rank=4"],
     )
-    backend = LocalBackend(cfg, str(tiny_model_dir), pad_id=2)
+    return LocalBackend(cfg, str(model_dir), pad_id=2)
+
+
+def test_local_backend_hands_the_engine_writers_that_equal_the_merged_tensors(tiny_model_dir: Path) -> None:
+    backend = _tiny_lora_backend(tiny_model_dir)
     with torch.no_grad():  # a trained adapter: B is no longer zero
         for name, p in backend.model.named_parameters():
             if "lora_B" in name:
@@ -197,11 +201,8 @@ def test_merge_of_a_fan_in_fan_out_layer() -> None:
 
 
 def test_local_backend_trains_on_the_fused_layers(tiny_model_dir: Path) -> None:
-    cfg = load_config(
-        TrainConfig,
-        None,
-        [f"model.path={tiny_model_dir}", "backend.device=cpu", "backend.autocast=none", "lora.rank=4"],
-    )
-    backend = LocalBackend(cfg, str(tiny_model_dir), pad_id=2)
+    backend = _tiny_lora_backend(tiny_model_dir)
     layers = [m for m in backend.model.modules() if isinstance(m, LoraLinear)]
     assert layers and all("forward" in m.__dict__ for m in layers)
+    norms = [m for m in backend.model.modules() if type(m).__name__ == "LlamaRMSNorm"]  # rllm's RMSNorm
+    assert norms and all("forward" in m.__dict__ for m in norms)

@@ -1,5 +1,6 @@
 """The local backend's RMSNorm with a written-out backward (rllm.trainer.backends._rms_norm) gives
-transformers' own outputs and gradients, and is installed only where it reproduces the module."""
+transformers' own outputs and gradients, and is installed only where it reproduces the module (the local backend's use of it:
+tests/trainer/test_lora_fused.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from transformers import AutoModelForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from rllm.trainer.backends._rms_norm import fuse_rms_norms, rms_norm
-from rllm.trainer.backends.local import LocalBackend
-from rllm.trainer.config import TrainConfig
-from rllm.utils.config import load_config
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -63,14 +61,3 @@ def test_installed_only_where_it_reproduces_the_module(tiny_model_dir: Path) -> 
     assert fuse_rms_norms(model) == 2 * layers + 1  # two per layer and the final one; not the Gemma-like
     assert "forward" not in other.__dict__
     assert fuse_rms_norms(model) == 0  # already installed
-
-
-def test_the_local_backend_trains_through_it(tiny_model_dir: Path) -> None:
-    cfg = load_config(
-        TrainConfig,
-        None,
-        [f"model.path={tiny_model_dir}", "backend.device=cpu", "backend.autocast=none", "lora.rank=4"],
-    )
-    backend = LocalBackend(cfg, str(tiny_model_dir), pad_id=2)
-    norms = [m for m in backend.model.modules() if type(m).__name__ == "LlamaRMSNorm"]
-    assert norms and all("forward" in m.__dict__ for m in norms)
