@@ -135,7 +135,7 @@ class LocalEngine(EngineBase):
         # CPU kernel choices that keep the computation (rllm.inference.cpu_kernels): fp32 GEMMs for a
         # half-precision model on a CPU without native support for it, decode attention that reads
         # grouped key/value heads without copying the cache, and a float32 model's decode-step products
-        # of 2-8 rows through a GEMM written for few rows (rllm.inference.small_gemm).
+        # of 3-8 rows through a GEMM written for few rows (rllm.inference.small_gemm).
         self._fp32_gemm: Fp32Gemm | None = None
         self.small_gemm: SmallBatchLinears | None = None
         if self.device.type == "cpu":
